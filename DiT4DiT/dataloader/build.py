@@ -1,0 +1,171 @@
+"""From the config to a dataset: check settings, find the mixture's folders, index them, merge statistics."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.dataloader.cache import cache_root
+from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
+from DiT4DiT.dataloader.dataset import EpisodeSteps, MixtureDataset, SampleShape
+from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.index import DatasetIndex, check_widths, load_index
+from DiT4DiT.dataloader.mixtures import MixtureEntry, resolve_mixture
+from DiT4DiT.dataloader.reader import DatasetLayout
+from DiT4DiT.dataloader.statistics import concat_statistics, merge_statistics, slice_statistics, statistics_section
+from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.dataloader.video import frame_decoder
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "eval")
+LAYOUT_VERSIONS = ("v2.0", "v2.1")
+
+
+def _sample_shape(cfg) -> SampleShape:
+    vla = cfg.datasets.vla_data
+    if vla.dataset_py != "lerobot_datasets":
+        raise ConfigError(f"datasets.vla_data.dataset_py={vla.dataset_py!r}: only 'lerobot_datasets' exists")
+    if vla.lerobot_version not in LAYOUT_VERSIONS:
+        raise ConfigError(f"datasets.vla_data.lerobot_version={vla.lerobot_version!r}: supported layouts are "
+                          f"{list(LAYOUT_VERSIONS)}; convert v3.0 datasets to v2.1 first")
+    offsets = [int(i) for i in vla.video_delta_indices]
+    ratio = int(vla.action_video_freq_ratio)
+    if not offsets or ratio < 1:
+        raise ConfigError("datasets.vla_data.video_delta_indices must be a non-empty list and "
+                          "datasets.vla_data.action_video_freq_ratio >= 1")
+    if int(vla.image_size) < 1 or int(vla.holdout_episodes) < 0:
+        raise ConfigError("datasets.vla_data.image_size must be >= 1 and datasets.vla_data.holdout_episodes >= 0")
+    return SampleShape(
+        video_offsets=tuple(offsets[::ratio]),
+        action_horizon=int(cfg.framework.action_model.future_action_window_size) + 1,
+        image_size=int(vla.image_size),
+        max_state_dim=int(vla.max_state_dim),
+        max_action_dim=int(vla.max_action_dim),
+    )
+
+
+def _check_horizon(config: DataConfig, shape: SampleShape, data_mix: str) -> None:
+    if config.action_horizon is not None and config.action_horizon != shape.action_horizon:
+        raise ConfigError(
+            f"data config '{config.name}' (datasets.vla_data.data_mix={data_mix}) fixes the action chunk at "
+            f"{config.action_horizon} steps, but framework.action_model.future_action_window_size + 1 = "
+            f"{shape.action_horizon}; set framework.action_model.future_action_window_size="
+            f"{config.action_horizon - 1} or pick a mixture whose data config follows the window (e.g. robotwin)"
+        )
+
+
+def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[MixtureEntry]:
+    found = [e for e in entries if (root / e.dataset).is_dir()]
+    missing = [e.dataset for e in entries if e not in found]
+    if not found:
+        raise DataError(
+            f"datasets.vla_data.data_mix={data_mix}: none of its {len(entries)} datasets is under "
+            f"datasets.vla_data.data_root_dir={root} (expected folders such as {', '.join(missing[:3])}); point "
+            "data_root_dir at the folder holding them (python -m DiT4DiT.tools.tiny_robotwin writes a small RoboTwin one)"
+        )
+    if missing:
+        log.warning("data_mix %s: found %d of %d datasets under %s; skipping %d missing (e.g. %s)", data_mix,
+                    len(found), len(entries), root, len(missing), ", ".join(missing[:3]))
+    return found
+
+
+def _check_widths_fit(config: DataConfig, steps: EpisodeSteps, shape: SampleShape) -> None:
+    for group, slices, limit in (("state", steps.state_slices, shape.max_state_dim),
+                                 ("action", steps.action_slices, shape.max_action_dim)):
+        width = sum(s.width for s in slices)
+        if width > limit:
+            raise ConfigError(f"{steps.layout.root}: data config '{config.name}' gives {width}-dim {group}s, more than "
+                              f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
+
+
+def _split_episodes(layout: DatasetLayout, holdout: int, split: str) -> list[int]:
+    episodes = sorted(layout.episodes)
+    if holdout == 0:
+        return episodes
+    if holdout >= len(episodes):
+        raise ConfigError(f"{layout.root}: datasets.vla_data.holdout_episodes={holdout} leaves no training episode "
+                          f"({len(episodes)} episodes); lower it (0 evaluates on training episodes)")
+    return episodes[-holdout:] if split == "eval" else episodes[:-holdout]
+
+
+def _key_statistics(index: DatasetIndex, slices) -> dict[str, np.ndarray]:
+    return concat_statistics([slice_statistics(index.statistics[s.column], s.start, s.end) for s in slices])
+
+
+def _modes(config: DataConfig, keys, slices) -> list[str]:
+    return [config.normalization[k] for k, s in zip(keys, slices) for _ in range(s.width)]
+
+
+def _tag_statistics(members: list[tuple[EpisodeSteps, DatasetIndex]]) -> tuple[dict, tuple[Normalizer, Normalizer]]:
+    """Statistics of the datasets sharing one embodiment tag, merged, and the normalisers they imply."""
+    first = members[0][0]
+    config = first.config
+    state_modes = _modes(config, config.state_keys, first.state_slices)
+    action_modes = _modes(config, config.action_keys, first.action_slices)
+    states, actions = [], []
+    for steps, index in members:
+        if (_modes(steps.config, steps.config.state_keys, steps.state_slices) != state_modes
+                or _modes(steps.config, steps.config.action_keys, steps.action_slices) != action_modes):
+            raise DataError(f"{steps.layout.root} and {first.layout.root} share embodiment tag "
+                            f"'{config.embodiment_tag}' but their state/action keys, widths or normalisation differ; "
+                            "give them different data configs or make their modality.json agree")
+        count = index.num_transitions
+        states.append((_key_statistics(index, steps.state_slices), count))
+        actions.append((_key_statistics(index, steps.action_slices), count))
+    state, action = merge_statistics(states), merge_statistics(actions)
+    binary = config.binary_keys()
+    mask = [k not in binary for k, s in zip(config.action_keys, first.action_slices) for _ in range(s.width)]
+    entry = {
+        "action": statistics_section(action, action_modes, mask),
+        "state": statistics_section(state, state_modes),
+        "num_transitions": int(sum(index.num_transitions for _, index in members)),
+        "num_trajectories": int(sum(len(index.lengths) for _, index in members)),
+    }
+    return entry, (Normalizer(state_modes, state), Normalizer(action_modes, action))
+
+
+def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
+    """The mixture dataset named by `datasets.vla_data.data_mix`; `split="eval"` gives the held-out episodes."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: use one of {list(SPLITS)}")
+    vla = cfg.datasets.vla_data
+    shape = _sample_shape(cfg)
+    decode = frame_decoder(vla.video_backend)
+    entries = resolve_mixture(vla.data_mix)
+    for entry in entries:
+        if entry.data_config not in DATA_CONFIGS:
+            raise ConfigError(f"mixture '{vla.data_mix}' names data config '{entry.data_config}', which does not "
+                              f"exist; known: {sorted(DATA_CONFIGS)}")
+        _check_horizon(DATA_CONFIGS[entry.data_config], shape, vla.data_mix)
+    if vla.data_root_dir is None:
+        raise ConfigError("datasets.vla_data.data_root_dir is not set; point it at the folder holding the mixture's "
+                          "datasets (e.g. playground/Datasets/robotwin_tiny from python -m DiT4DiT.tools.tiny_robotwin)")
+    root = Path(vla.data_root_dir).expanduser()
+    cache_dir = cache_root(vla.cache_dir)
+    parts, weights, indexed = [], [], []
+    for entry in _present(entries, root, vla.data_mix):
+        config = DATA_CONFIGS[entry.data_config]
+        layout = DatasetLayout(root / entry.dataset)
+        steps = EpisodeSteps(layout, config, shape)
+        numeric = sorted({s.column for s in steps.slices().values()})
+        index = load_index(layout, numeric, steps.language_column, cache_dir)
+        check_widths(layout, index, steps.slices())
+        _check_widths_fit(config, steps, shape)
+        steps.select_episodes(_split_episodes(layout, int(vla.holdout_episodes), split), index.lengths)
+        missing = steps.missing_videos()
+        if missing:
+            raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
+                            "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
+        parts.append(steps)
+        weights.append(entry.weight)
+        indexed.append((steps, index))
+    statistics, normalizers = {}, {}
+    for tag in dict.fromkeys(p.config.embodiment_tag for p in parts):
+        statistics[tag], normalizers[tag] = _tag_statistics([m for m in indexed if m[0].config.embodiment_tag == tag])
+    instructions = [steps.layout.tasks[t] for steps, index in indexed for tasks in index.episode_tasks.values()
+                    for t in tasks]
+    return MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, int(cfg.seed), decode)

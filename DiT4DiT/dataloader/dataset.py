@@ -1,0 +1,184 @@
+"""Samples of a dataset mixture: (seed, epoch, index) picks a dataset and a step; the step is read, normalised, padded."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from DiT4DiT.dataloader.data_configs import DataConfig
+from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.reader import DatasetLayout, EpisodeCache, Slice
+from DiT4DiT.dataloader.transforms import Normalizer
+
+FrameDecoder = Callable[..., np.ndarray]  # (path, timestamps, *, fps, episode) -> (N, H, W, 3) uint8
+
+
+@dataclass(frozen=True)
+class SampleShape:
+    video_offsets: tuple[int, ...]  # frame offsets from the step, already subsampled
+    action_horizon: int
+    image_size: int
+    max_state_dim: int
+    max_action_dim: int
+
+
+@dataclass
+class RawStep:
+    state: np.ndarray  # (S,)
+    action: np.ndarray  # (T_a, D)
+    views: list[np.ndarray]  # per camera, side-by-side order: (T, H, W, 3) uint8
+    lang: str
+
+
+def _rows(values: np.ndarray, rows: np.ndarray, absolute: bool) -> np.ndarray:
+    """Rows of an episode; past its end the last row repeats (absolute values) or zeros (relative values)."""
+    picked = values[np.clip(rows, 0, len(values) - 1)]
+    if absolute:
+        return picked
+    return np.where((rows < len(values))[:, None], picked, 0.0)
+
+
+class EpisodeSteps:
+    """The steps of chosen episodes of one dataset folder, read through one data config."""
+
+    def __init__(self, layout: DatasetLayout, config: DataConfig, shape: SampleShape):
+        self.layout, self.config, self.shape = layout, config, shape
+        self.state_slices = [layout.slice_of(k, config.name) for k in config.state_keys]
+        self.action_slices = [layout.slice_of(k, config.name) for k in config.action_keys]
+        self.video_keys = [layout.video_key_of(k, config.name) for k in config.ordered_video_keys()]
+        self.fps = [layout.video_fps(k) for k in self.video_keys]
+        self.language_column = layout.language_column_of(config.language_key, config.name)
+        columns = {s.column for s in self.state_slices + self.action_slices} | {"timestamp", self.language_column}
+        self._tables = EpisodeCache(layout, sorted(columns))
+        self.select_episodes([], {})
+
+    def select_episodes(self, episodes: Sequence[int], lengths: dict[int, int]) -> None:
+        """Use these episodes (with their row counts) as the steps."""
+        self.episodes = np.asarray(sorted(episodes), dtype=np.int64)
+        self.ends = np.cumsum([lengths[e] for e in self.episodes], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def locate(self, step: int) -> tuple[int, int]:
+        """(episode index, row within the episode) of a step."""
+        position = int(np.searchsorted(self.ends, step, side="right"))
+        start = int(self.ends[position - 1]) if position else 0
+        return int(self.episodes[position]), step - start
+
+    def missing_videos(self) -> list[Path]:
+        return [self.layout.video_path(e, key) for e in self.episodes for key in self.video_keys
+                if not self.layout.video_path(e, key).is_file()]
+
+    def read(self, step: int, decode: FrameDecoder) -> RawStep:
+        episode, t = self.locate(step)
+        table = self._tables.get(episode)
+        length = len(table["timestamp"])
+        state = np.concatenate([table[s.column][t, s.start:s.end] for s in self.state_slices])
+        rows = t + np.arange(self.shape.action_horizon)
+        action = np.concatenate([_rows(table[s.column][:, s.start:s.end], rows, s.absolute)
+                                 for s in self.action_slices], axis=1)
+        # Frames past the episode's ends repeat its first / last frame.
+        frames = np.clip(t + np.asarray(self.shape.video_offsets), 0, length - 1)
+        timestamps = np.asarray(table["timestamp"], dtype=np.float64)[frames]
+        views = [decode(self.layout.video_path(episode, key), timestamps, fps=fps, episode=episode)
+                 for key, fps in zip(self.video_keys, self.fps)]
+        task = int(table[self.language_column][t])
+        if task not in self.layout.tasks:
+            raise DataError(f"{self.layout.parquet_path(episode)}: episode {episode}, frame {t}: task index {task} "
+                            f"is not in {self.layout.meta_path('tasks.jsonl')}; add it there")
+        return RawStep(state=state, action=action, views=views, lang=self.layout.tasks[task])
+
+    def slices(self) -> dict[str, Slice]:
+        keys = self.config.state_keys + self.config.action_keys
+        return dict(zip(keys, self.state_slices + self.action_slices))
+
+
+def side_by_side(views: Sequence[np.ndarray], size: int) -> list[torch.Tensor]:
+    """Per frame, every view resized to size x size (bilinear, as the original) and concatenated along the width."""
+    frames = len(views[0])
+    out = torch.empty((frames, 3, size, size * len(views)), dtype=torch.float32)
+    for position, pixels in enumerate(views):
+        # (T, H, W, 3) uint8 seen as channels-last (T, 3, H, W): resizing reads it without a transposing copy.
+        x = torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2).float()
+        if tuple(x.shape[-2:]) != (size, size):
+            x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=False)
+        out[..., position * size:(position + 1) * size] = x
+    return list(out.div_(255.0).unbind(0))
+
+
+def _padded(values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    # float32, not the original's float16: normalised values lose nothing, and the model casts them anyway.
+    out = np.zeros((values.shape[0], width), dtype=np.float32)
+    out[:, : values.shape[1]] = values
+    mask = np.zeros((values.shape[0], width), dtype=np.bool_)
+    mask[:, : values.shape[1]] = True
+    return out, mask
+
+
+class MixtureDataset(torch.utils.data.Dataset):
+    """Example dicts (UPSTREAM_SPEC §4.1) drawn from weighted datasets; item i depends only on (seed, epoch, i)."""
+
+    def __init__(self, parts: Sequence[EpisodeSteps], weights: Sequence[float],
+                 normalizers: dict[str, tuple[Normalizer, Normalizer]], statistics: dict, instructions: Sequence[str],
+                 shape: SampleShape, seed: int, decode: FrameDecoder):
+        self.parts = list(parts)
+        raw = np.asarray(weights, dtype=np.float64)
+        self.weights = raw / raw.sum()
+        # As the original: the length lets every weight-1.0 ("primary") dataset be visited once per epoch on average.
+        primary = [i for i, w in enumerate(raw) if w == 1.0] or list(range(len(raw)))
+        self._length = int(round(max(len(self.parts[i]) / self.weights[i] for i in primary)))
+        self.normalizers = normalizers
+        self._statistics = statistics
+        self._instructions = sorted(set(instructions))
+        self.shape, self.seed, self.epoch = shape, int(seed), 0
+        self.frame_decoder = decode  # replaceable, e.g. by a benchmark's baseline decoder
+
+    def __len__(self) -> int:
+        return self._length
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def instructions(self) -> list[str]:
+        return list(self._instructions)
+
+    def statistics(self) -> dict:
+        return copy.deepcopy(self._statistics)
+
+    def choose(self, index: int) -> tuple[int, int]:
+        """(dataset position, step) of item `index`, from a generator seeded by a hash of (seed, epoch, index)."""
+        digest = hashlib.sha256(f"{self.seed}:{self.epoch}:{index}".encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        part = int(rng.choice(len(self.parts), p=self.weights))
+        return part, int(rng.integers(len(self.parts[part])))
+
+    def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < self._length:
+            raise IndexError(f"index {index} out of range for a dataset of {self._length} samples")
+        position, step = self.choose(index)
+        part = self.parts[position]
+        raw = part.read(step, self.frame_decoder)
+        state_norm, action_norm = self.normalizers[part.config.embodiment_tag]
+        state, state_mask = _padded(state_norm.normalize(raw.state)[None, :], self.shape.max_state_dim)
+        action, action_mask = _padded(action_norm.normalize(raw.action), self.shape.max_action_dim)
+        return {
+            "image": side_by_side(raw.views, self.shape.image_size),
+            "lang": raw.lang,
+            "action": action,
+            "action_mask": action_mask,
+            "state": state,
+            "state_mask": state_mask,
+        }
+
+
+def collate_fn(examples: list[dict]) -> list[dict]:
+    """The original's identity collate: the model takes the list of example dicts."""
+    return examples

@@ -1,0 +1,5 @@
+"""The one error type of the data pipeline: bad data on disk that the user has to fix."""
+
+
+class DataError(ValueError):
+    """A dataset file, key, episode or frame that cannot be used; the message names it and says how to fix it."""

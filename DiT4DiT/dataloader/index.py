@@ -1,0 +1,93 @@
+"""One pass over a dataset's parquet files: step counts, column widths and statistics, task indices.
+
+The result is cached outside the dataset, keyed by its content and the columns scanned, so a read-only dataset
+works and the pass runs once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from DiT4DiT.dataloader.cache import cache_file, fingerprint, read_cached, write_json_atomic
+from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.reader import DatasetLayout, Slice, read_episode_columns
+from DiT4DiT.dataloader.statistics import column_statistics
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class DatasetIndex:
+    lengths: dict[int, int]  # episode → rows
+    widths: dict[str, int]  # numeric column → width
+    statistics: dict[str, dict[str, list[float]]]  # numeric column → per-dim statistics
+    episode_tasks: dict[int, list[int]]  # episode → task indices in its language column
+
+    @property
+    def num_transitions(self) -> int:
+        return sum(self.lengths.values())
+
+
+def _scan(layout: DatasetLayout, numeric: list[str], language_column: str) -> DatasetIndex:
+    columns = numeric + [c for c in ("timestamp", language_column) if c not in numeric]
+    lengths, widths, episode_tasks = {}, {}, {}
+    values: dict[str, list[np.ndarray]] = {c: [] for c in numeric}
+    for episode in sorted(layout.episodes):
+        table = read_episode_columns(layout, episode, columns)
+        rows = len(table["timestamp"])
+        if rows != layout.episodes[episode]:
+            raise DataError(f"{layout.parquet_path(episode)}: episode {episode} has {rows} rows but "
+                            f"meta/episodes.jsonl says length {layout.episodes[episode]}; make them agree")
+        for column in numeric:
+            array = table[column].reshape(rows, -1)
+            if column in widths and widths[column] != array.shape[1]:
+                raise DataError(f"{layout.parquet_path(episode)}: column '{column}' is {array.shape[1]} wide in "
+                                f"episode {episode} but {widths[column]} wide in earlier episodes; make them agree")
+            widths[column] = array.shape[1]
+            values[column].append(array)
+        tasks = sorted({int(v) for v in np.unique(table[language_column])})
+        unknown = [t for t in tasks if t not in layout.tasks]
+        if unknown:
+            raise DataError(f"{layout.parquet_path(episode)}: column '{language_column}' of episode {episode} holds "
+                            f"task index(es) {unknown} missing from {layout.meta_path('tasks.jsonl')}; add them there")
+        lengths[episode], episode_tasks[episode] = rows, tasks
+    statistics = {c: column_statistics(np.concatenate(values[c])) for c in numeric}
+    return DatasetIndex(lengths, widths, statistics, episode_tasks)
+
+
+def load_index(layout: DatasetLayout, numeric: list[str], language_column: str, cache_dir: Path) -> DatasetIndex:
+    """The dataset's index, from the cache when its content and the scanned columns are unchanged."""
+    settings = {"format": INDEX_FORMAT, "numeric": sorted(numeric), "language": language_column}
+    path = cache_file(cache_dir, layout, "index", fingerprint(layout, settings))
+    cached = read_cached(path)
+    if cached is not None:
+        return DatasetIndex(
+            lengths={int(k): v for k, v in cached["lengths"].items()},
+            widths=cached["widths"],
+            statistics=cached["statistics"],
+            episode_tasks={int(k): v for k, v in cached["episode_tasks"].items()},
+        )
+    log.info("scanning %s (%d episodes) for statistics and steps", layout.root, len(layout.episodes))
+    index = _scan(layout, sorted(numeric), language_column)
+    write_json_atomic(path, {"lengths": index.lengths, "widths": index.widths, "statistics": index.statistics,
+                             "episode_tasks": index.episode_tasks})
+    return index
+
+
+def check_widths(layout: DatasetLayout, index: DatasetIndex, slices: dict[str, Slice]) -> None:
+    """Every modality.json range must lie inside its parquet column, whose width info.json must declare right."""
+    for key, where in slices.items():
+        width = index.widths[where.column]
+        declared = layout.info.get("features", {}).get(where.column, {}).get("shape")
+        if declared and int(np.prod(declared)) != width:
+            raise DataError(f"{layout.root}: column '{where.column}' is {width} wide in the parquet files but "
+                            f"meta/info.json features.{where.column}.shape says {declared}; make them agree")
+        if where.end > width:
+            raise DataError(f"{layout.meta_path('modality.json')}: '{key}' reads [{where.start}:{where.end}] of "
+                            f"column '{where.column}', which is only {width} wide; fix start/end in modality.json")

@@ -1,0 +1,182 @@
+"""The DiT4DiT framework: Cosmos-Predict2.5 features feed a flow-matching action DiT, and a future-frame
+flow-matching loss trains the video transformer alongside.
+
+This file is CUDA-first, like the original: the NPU patch rewrites its four torch.autocast("cuda", ...) sites.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from DiT4DiT.config.schema import ConfigError, load_config
+from DiT4DiT.model.framework import build_framework, register_framework
+from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
+from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
+from DiT4DiT.model.modules.weights import load_trained_weights
+
+
+def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
+    if key not in examples[0]:
+        raise ValueError(f"examples lack '{key}'; the data loader's example dicts carry image, lang, action, state, action_mask")
+    return torch.as_tensor(np.stack([np.asarray(example[key]) for example in examples]))
+
+
+@register_framework("DiT4DiT")
+class DiT4DiT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.norm_stats = None
+        self.backbone_interface = CosmosBackboneInterface(config)
+        self.training_mode = self.backbone_interface.training_mode
+        self.repeated_diffusion_steps = int(config.trainer.repeated_diffusion_steps)
+        action_cfg = config.framework.action_model
+        self.chunk_len = int(action_cfg.future_action_window_size) + 1
+        if self.training_mode == "video":
+            self.action_model = None
+            return
+        vla = config.datasets.vla_data
+        if int(action_cfg.action_dim) != int(vla.max_action_dim):
+            raise ConfigError(
+                f"framework.action_model.action_dim={action_cfg.action_dim} must equal "
+                f"datasets.vla_data.max_action_dim={vla.max_action_dim} (actions are padded to that width)"
+            )
+        if action_cfg.state_dim and int(action_cfg.state_dim) != int(vla.max_state_dim):
+            raise ConfigError(
+                f"framework.action_model.state_dim={action_cfg.state_dim} must equal "
+                f"datasets.vla_data.max_state_dim={vla.max_state_dim} (or 0 for no state)"
+            )
+        self.action_model = build_action_head(action_cfg, self.backbone_interface.hidden_size)
+
+    def cache_prompts(self, instructions) -> None:
+        """Encode every instruction once, up front, so training never runs the text encoder again."""
+        self.backbone_interface.extractor.cache_prompts(instructions)
+
+    def _state(self, examples: list[dict], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+        if "state" not in examples[0] or self.action_model.state_encoder is None:
+            return None
+        return _stack_field(examples, "state").to(device=device, dtype=dtype)
+
+    def _action_loss(self, features: torch.Tensor, examples: list[dict]) -> torch.Tensor:
+        dtype, device = self.action_model.dtype, features.device
+        actions = _stack_field(examples, "action").to(device=device, dtype=dtype)
+        if actions.shape[1] != self.chunk_len:
+            raise ValueError(
+                f"examples carry {actions.shape[1]} action steps but the model expects "
+                f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}"
+            )
+        mask = _stack_field(examples, "action_mask").to(device=device, dtype=torch.bool)
+        state = self._state(examples, dtype, device)
+        repeats = self.repeated_diffusion_steps
+        return self.action_model(
+            features.to(dtype).repeat(repeats, 1, 1),
+            actions.repeat(repeats, 1, 1),
+            mask.repeat(repeats, 1, 1),
+            state.repeat(repeats, 1, 1) if state is not None else None,
+        )
+
+    def forward(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        """Training losses: action_loss (unless training=video) and future_video_loss (when computed)."""
+        images = [example["image"] for example in examples]
+        instructions = [example["lang"] for example in examples]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            backbone = self.backbone_interface(
+                images,
+                instructions,
+                want_features=self.action_model is not None,
+                want_video_loss=self.training_mode != "action",
+            )
+        losses = {}
+        if self.action_model is not None:
+            with torch.autocast("cuda", dtype=torch.float32):
+                losses["action_loss"] = self._action_loss(backbone.features, examples)
+        if backbone.future_video_loss is not None:
+            losses["future_video_loss"] = backbone.future_video_loss
+        if not losses:
+            raise ValueError("framework.cosmos25.training=video needs future frames, but the examples carry one frame each")
+        return losses
+
+    @torch.inference_mode()
+    def predict_action(self, examples, **ignored_kwargs) -> dict[str, np.ndarray]:
+        """{"normalized_actions": (B, action_horizon, action_dim) float32} from each example's current frame."""
+        if self.action_model is None:
+            raise RuntimeError("framework.cosmos25.training=video builds no action head, so it cannot predict actions")
+        examples = [examples] if isinstance(examples, dict) else list(examples)
+        # Only the current observation conditions the action; future frames would only feed the video loss.
+        images = [ex["image"][0] if isinstance(ex["image"], (list, tuple)) else ex["image"] for ex in examples]
+        instructions = [example["lang"] for example in examples]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            backbone = self.backbone_interface(images, instructions, want_features=True, want_video_loss=False)
+        with torch.autocast("cuda", dtype=torch.float32):
+            dtype = self.action_model.dtype
+            state = self._state(examples, dtype, backbone.features.device)
+            actions = self.action_model.predict_action(backbone.features.to(dtype), state)
+        return {"normalized_actions": actions.float().cpu().numpy()}
+
+    @classmethod
+    def from_pretrained(cls, checkpoint_pt_path: str | Path) -> "DiT4DiT":
+        """Rebuild from `<run_dir>/config.yaml` and load `<run_dir>/<folder>/<name>.pt` (left on the CPU)."""
+        checkpoint = Path(checkpoint_pt_path)
+        if not checkpoint.is_file():
+            raise FileNotFoundError(f"{checkpoint}: no such checkpoint file")
+        run_dir = checkpoint.parent.parent
+        config_path = run_dir / "config.yaml"
+        if not config_path.is_file():
+            raise FileNotFoundError(
+                f"{config_path}: missing; a checkpoint must sit two levels below its run dir "
+                "(run_dir/checkpoints/steps_N_pytorch_model.pt or run_dir/final_model/pytorch_model.pt)"
+            )
+        model = build_framework(load_config(config_path))
+        if not isinstance(model, cls):
+            raise ConfigError(f"{config_path}: framework.name={model.config.framework.name!r} is not {cls.__name__}")
+        load_trained_weights(model, torch.load(checkpoint, map_location="cpu", weights_only=True), checkpoint)
+        stats_path = run_dir / "dataset_statistics.json"
+        if stats_path.is_file():
+            model.norm_stats = json.loads(stats_path.read_text())
+        return model
+
+
+def _synthetic_examples(config, batch: int) -> list[dict]:
+    """A batch shaped like the data loader's, for the smoke run below."""
+    vla, action_cfg = config.datasets.vla_data, config.framework.action_model
+    frames = len(range(0, len(vla.video_delta_indices), int(vla.action_video_freq_ratio)))
+    size, chunk = int(vla.image_size), int(action_cfg.future_action_window_size) + 1
+    return [
+        {
+            "image": [torch.rand(3, size, size) for _ in range(frames)],
+            "lang": "pick up the cup",
+            "action": np.random.uniform(-1, 1, (chunk, vla.max_action_dim)).astype(np.float32),
+            "state": np.random.uniform(-1, 1, (1, vla.max_state_dim)).astype(np.float32),
+            "action_mask": np.ones((chunk, vla.max_action_dim), dtype=bool),
+            "state_mask": np.ones((1, vla.max_state_dim), dtype=bool),
+        }
+        for _ in range(batch)
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Smoke run: build the model from a config, one training forward and one prediction on random inputs."""
+    import argparse
+
+    from DiT4DiT.config.schema import normalize_cli_overrides
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--config_yaml", required=True)
+    args, overrides = parser.parse_known_args(argv)
+    config = load_config(args.config_yaml, normalize_cli_overrides(overrides))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = DiT4DiT(config).to(device)
+    examples = _synthetic_examples(config, batch=2)
+    losses = model(examples)
+    print({name: round(float(value), 4) for name, value in losses.items()})
+    if model.action_model is not None:
+        print("normalized_actions", model.predict_action(examples)["normalized_actions"].shape)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The GR00T-style flow-matching action head."""

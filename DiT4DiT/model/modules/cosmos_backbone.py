@@ -1,0 +1,363 @@
+"""Cosmos-Predict2.5 as the feature extractor of DiT4DiT.
+
+One transformer step on [conditioning-frame latent, noise] gives the features of block `extract_layer`
+(captured by a forward hook, detached) that the action head attends to; a second, flow-matching pass over
+the future frames' latents gives the video loss that trains the transformer.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
+from DiT4DiT.model.modules.prompt_cache import PromptEmbeddingCache, encode_prompts
+
+TRAINING_MODES = ("joint", "action", "video")
+FLOW_MATCHING_LOSS_TYPES = ("flow_matching", "latent_flow_matching", "rectified_flow", "rf")
+TIME_DISTRIBUTIONS = ("logit_normal", "uniform")
+
+
+class FrameCountWarning(UserWarning):
+    """The configured frame count leaves frames the VAE never sees."""
+
+
+@dataclass
+class BackboneOutput:
+    features: torch.Tensor | None  # (B, S, hidden), detached; None when not requested
+    future_video_loss: torch.Tensor | None  # scalar; None when not computed
+
+
+def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
+    """Frames per sample after subsampling the fetched offsets (frame 0 conditions, the rest are targets)."""
+    return len(range(0, len(video_delta_indices), int(action_video_freq_ratio)))
+
+
+def latent_frame_count(num_frames: int, temporal_factor: int) -> int:
+    """The Wan VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames; extra frames are dropped."""
+    return (num_frames - 1) // temporal_factor + 1
+
+
+def wasted_frames_message(num_frames: int, temporal_factor: int) -> str | None:
+    """None when the VAE uses every frame, else what is dropped and which counts would use them all."""
+    used = 1 + temporal_factor * ((num_frames - 1) // temporal_factor)
+    if used == num_frames:
+        return None
+    dropped = f"frame {num_frames} is" if used + 1 == num_frames else f"frames {used + 1}-{num_frames} are"
+    return (
+        f"{num_frames} frames: the VAE uses 1+{temporal_factor}k frames, so {dropped} dropped; use {used} or "
+        f"{used + temporal_factor} (set datasets.vla_data.video_delta_indices / action_video_freq_ratio)"
+    )
+
+
+def sample_flow_time(
+    batch: int, distribution: str, high_sigma_ratio: float | None, high_sigma_min: float, device: torch.device
+) -> torch.Tensor:
+    """(batch,) float32 flow-matching times in [0, 1]; 1 is pure noise."""
+    if distribution == "logit_normal":
+        t = torch.sigmoid(torch.randn(batch, device=device))
+    else:
+        t = torch.rand(batch, device=device)
+    if high_sigma_ratio:
+        high = torch.rand(batch, device=device) < high_sigma_ratio
+        t = torch.where(high, high_sigma_min + (1.0 - high_sigma_min) * torch.rand(batch, device=device), t)
+    return t
+
+
+def frame_to_tensor(frame) -> torch.Tensor:
+    """A frame (torch CHW/HWC, numpy HWC, or PIL) as a float (3, H, W) tensor in [0, 1]."""
+    if hasattr(frame, "convert"):  # PIL image
+        frame = np.asarray(frame.convert("RGB"))
+    tensor = torch.as_tensor(frame)
+    if tensor.ndim == 2:
+        tensor = tensor.unsqueeze(0)
+    elif tensor.shape[0] not in (1, 3, 4) and tensor.shape[-1] in (1, 3, 4):
+        tensor = tensor.permute(2, 0, 1)
+    if tensor.ndim != 3 or tensor.shape[0] not in (1, 3, 4):
+        raise ValueError(f"an image frame must be (3, H, W) or (H, W, 3); got shape {tuple(tensor.shape)}")
+    if tensor.shape[0] == 4:  # RGBA
+        tensor = tensor[:3]
+    elif tensor.shape[0] == 1:  # grayscale
+        tensor = tensor.expand(3, -1, -1)
+    is_bytes = tensor.dtype == torch.uint8
+    tensor = tensor.float()
+    if is_bytes or tensor.max() > 1.0:
+        tensor = tensor / 255.0
+    return tensor
+
+
+class CosmosFeatureExtractor(nn.Module):
+    """Holds the Cosmos text encoder, VAE and transformer; computes features and the future-video loss."""
+
+    def __init__(
+        self,
+        components: CosmosComponents,
+        *,
+        extract_layer: int,
+        max_sequence_length: int,
+        conditional_frame_timestep: float,
+        time_distribution: str,
+        high_sigma_ratio: float | None,
+        high_sigma_min: float,
+        use_prompt_cache: bool,
+    ):
+        super().__init__()
+        self.text_encoder = components.text_encoder
+        self.vae = components.vae
+        self.transformer = components.transformer
+        self.tokenizer = components.tokenizer
+        self.scheduler = components.scheduler
+        # Plain tensors, not buffers: they come from the VAE config and must not enter checkpoints.
+        self.latents_mean = components.latents_mean
+        self.latents_std = components.latents_std
+        self.temporal_factor = components.vae_scale_factor_temporal
+        self.spatial_factor = components.vae_scale_factor_spatial
+
+        num_blocks = len(self.transformer.transformer_blocks)
+        if not 0 <= extract_layer < num_blocks:
+            raise ConfigError(
+                f"framework.cosmos25.extract_layer={extract_layer} is out of range: the transformer has "
+                f"{num_blocks} blocks, so the valid range is 0..{num_blocks - 1}"
+            )
+        self.extract_layer = extract_layer
+        self.max_sequence_length = max_sequence_length
+        self.conditional_frame_timestep = conditional_frame_timestep
+        self.time_distribution = time_distribution
+        self.high_sigma_ratio = high_sigma_ratio
+        self.high_sigma_min = high_sigma_min
+
+        # The feature pass is the first step of a one-step sampling schedule (sigma = 200/201 for Cosmos 2.5).
+        self.scheduler.set_timesteps(1)
+        self.feature_sigma = float(self.scheduler.sigmas[0])
+
+        self.prompt_cache = PromptEmbeddingCache(self._encode_prompts) if use_prompt_cache else None
+        self._warned_trainable_text_encoder = False
+        self._capturing = False
+        self._captured: torch.Tensor | None = None
+        self.transformer.transformer_blocks[extract_layer].register_forward_hook(self._capture_block_output)
+
+    @property
+    def hidden_size(self) -> int:
+        config = self.transformer.config
+        return config.num_attention_heads * config.attention_head_dim
+
+    def _capture_block_output(self, module, args, output) -> None:
+        # Only the first transformer call of a forward (the feature pass) is captured.
+        if self._capturing:
+            self._captured = (output[0] if isinstance(output, tuple) else output).detach()
+            self._capturing = False
+
+    def _encode_prompts(self, prompts: list[str]) -> torch.Tensor:
+        return encode_prompts(self.text_encoder, self.tokenizer, prompts, self.max_sequence_length)
+
+    def cache_prompts(self, prompts) -> None:
+        if self.prompt_cache is not None:
+            self.prompt_cache.fill(prompts)
+
+    def prompt_embeddings(self, prompts: list[str], device: torch.device) -> torch.Tensor:
+        text_encoder_trainable = any(p.requires_grad for p in self.text_encoder.parameters())
+        if self.prompt_cache is not None and not text_encoder_trainable:
+            return self.prompt_cache.lookup(prompts, device)
+        if self.prompt_cache is not None and not self._warned_trainable_text_encoder:
+            # A cached embedding has no graph, so a trainable text encoder would silently get no gradient.
+            warnings.warn(
+                "framework.cosmos25.prompt_cache is on but the text encoder is trainable, so prompts are encoded "
+                "every step; add backbone_interface.extractor.text_encoder to trainer.freeze_modules to use the cache",
+                stacklevel=2,
+            )
+            self._warned_trainable_text_encoder = True
+        return self._encode_prompts(prompts).to(device)
+
+    def _normalise(self, latents: torch.Tensor) -> torch.Tensor:
+        mean = self.latents_mean.to(latents.device, torch.float32)
+        std = self.latents_std.to(latents.device, torch.float32)
+        return (latents.float() - mean) / std
+
+    def encode_condition(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [-1, 1] -> normalised posterior sample (B, C, 1, h, w), float32.
+
+        The Wan VAE is causal, so latent frame 0 depends on pixel frame 0 alone: encoding that frame gives
+        the same conditioning latent as encoding the zero-padded clip.
+        """
+        posterior = self.vae.encode(pixels.unsqueeze(2).to(self.vae.dtype)).latent_dist
+        return self._normalise(posterior.sample())
+
+    @torch.no_grad()
+    def encode_video(self, video: torch.Tensor) -> torch.Tensor:
+        """(B, 3, T, H, W) in [-1, 1] -> normalised posterior mean (B, C, T_lat, h, w), float32."""
+        return self._normalise(self.vae.encode(video.to(self.vae.dtype)).latent_dist.mode())
+
+    def forward(
+        self,
+        prompts: list[str],
+        cond_frames: torch.Tensor,
+        future_frames: torch.Tensor | None,
+        num_frames_out: int,
+        want_features: bool = True,
+        want_video_loss: bool = True,
+    ) -> BackboneOutput:
+        """cond_frames (B, 3, H, W) and future_frames (B, T_f, 3, H, W) in [0, 1] on the model's device."""
+        batch, _, height, width = cond_frames.shape
+        if height % 16 or width % 16:
+            raise ValueError(
+                f"frame size {height}x{width} (HxW): Cosmos needs height and width that are multiples of 16; "
+                "set datasets.vla_data.image_size to a multiple of 16 (e.g. 224)"
+            )
+        device = cond_frames.device
+        dtype = self.transformer.dtype
+        prompt_embeds = self.prompt_embeddings(prompts, device).to(dtype)
+
+        pixels = cond_frames * 2.0 - 1.0
+        cond_latent = self.encode_condition(pixels)
+        channels, latent_h, latent_w = cond_latent.shape[1], height // self.spatial_factor, width // self.spatial_factor
+        num_latent = latent_frame_count(num_frames_out, self.temporal_factor)
+        cond_latents = torch.cat(
+            [cond_latent, cond_latent.new_zeros(batch, channels, num_latent - 1, latent_h, latent_w)], dim=2
+        )
+        cond_indicator = torch.zeros(1, 1, num_latent, 1, 1, device=device)
+        cond_indicator[:, :, 0] = 1.0
+        cond_mask = cond_indicator.expand(batch, 1, num_latent, latent_h, latent_w)
+        padding_mask = torch.zeros(1, 1, height, width, device=device, dtype=dtype)
+
+        def run_transformer(noisy: torch.Tensor, noise_level: torch.Tensor) -> torch.Tensor:
+            latents = cond_mask * cond_latents + (1 - cond_mask) * noisy
+            timestep = cond_indicator * self.conditional_frame_timestep + (1 - cond_indicator) * noise_level
+            return self.transformer(
+                hidden_states=latents.to(dtype),
+                condition_mask=cond_mask.to(dtype),
+                timestep=timestep.expand(batch, 1, num_latent, 1, 1),
+                encoder_hidden_states=prompt_embeds,
+                padding_mask=padding_mask,
+                return_dict=False,
+            )[0]
+
+        features = None
+        if want_features:
+            noise = torch.randn(batch, channels, num_latent, latent_h, latent_w, device=device)
+            self._captured, self._capturing = None, True
+            # Nothing but the (detached) hooked features is used from this pass, so it needs no graph.
+            with torch.no_grad():
+                run_transformer(noise, torch.full((batch, 1, 1, 1, 1), self.feature_sigma, device=device))
+            features, self._captured, self._capturing = self._captured, None, False
+
+        video_loss = None
+        if want_video_loss and future_frames is not None:
+            video = torch.cat([pixels.unsqueeze(2), future_frames.transpose(1, 2) * 2.0 - 1.0], dim=2)
+            video_loss = self._future_video_loss(video, num_latent, channels, latent_h, latent_w, run_transformer)
+        return BackboneOutput(features=features, future_video_loss=video_loss)
+
+    def _future_video_loss(self, video, num_latent, channels, latent_h, latent_w, run_transformer) -> torch.Tensor:
+        batch, device = video.shape[0], video.device
+        min_frames = 1 + self.temporal_factor
+        if video.shape[2] < min_frames:
+            video = torch.cat([video, video[:, :, -1:].expand(-1, -1, min_frames - video.shape[2], -1, -1)], dim=2)
+        # Frames past the last complete group of `temporal_factor` are ignored by the VAE; skip encoding them.
+        video = video[:, :, : 1 + self.temporal_factor * ((video.shape[2] - 1) // self.temporal_factor)]
+        targets = self.encode_video(video)[:, :, 1:num_latent]
+        supervised = targets.shape[2]
+        if supervised == 0:
+            return torch.zeros((), device=device)
+
+        t = sample_flow_time(batch, self.time_distribution, self.high_sigma_ratio, self.high_sigma_min, device)
+        t = t.view(batch, 1, 1, 1, 1)
+        noise = torch.randn_like(targets)
+        noisy_targets = (1 - t) * targets + t * noise
+        filler = torch.randn(batch, channels, num_latent, latent_h, latent_w, device=device)
+        noisy = torch.cat([filler[:, :, :1], noisy_targets, filler[:, :, 1 + supervised :]], dim=2)
+        velocity = run_transformer(noisy, t)
+        return F.mse_loss(velocity[:, :, 1 : 1 + supervised].float(), (noise - targets).float())
+
+
+class CosmosBackboneInterface(nn.Module):
+    """Reads the config, loads the pipeline, and turns example frames into the extractor's inputs."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        cosmos = cfg.framework.cosmos25
+        self.training_mode = str(cosmos.training).lower()
+        if self.training_mode not in TRAINING_MODES:
+            raise ConfigError(
+                f"framework.cosmos25.training={cosmos.training!r} is not a mode; use one of {', '.join(TRAINING_MODES)}"
+            )
+        if cosmos.future_loss_type not in FLOW_MATCHING_LOSS_TYPES:
+            raise ConfigError(
+                f"framework.cosmos25.future_loss_type={cosmos.future_loss_type!r} is not supported; use one of "
+                f"{', '.join(FLOW_MATCHING_LOSS_TYPES)}"
+            )
+        fm = cosmos.flow_matching
+        if fm.time_distribution not in TIME_DISTRIBUTIONS:
+            raise ConfigError(
+                f"framework.cosmos25.flow_matching.time_distribution={fm.time_distribution!r}; use one of "
+                f"{', '.join(TIME_DISTRIBUTIONS)}"
+            )
+        components = load_cosmos_components(
+            cosmos.base_model, cosmos.torch_dtype, cosmos.attn_implementation, cosmos.local_files_only
+        )
+        self.extractor = CosmosFeatureExtractor(
+            components,
+            extract_layer=int(cosmos.extract_layer),
+            max_sequence_length=int(cosmos.max_sequence_length),
+            conditional_frame_timestep=float(cosmos.conditional_frame_timestep),
+            time_distribution=fm.time_distribution,
+            high_sigma_ratio=fm.high_sigma_ratio,
+            high_sigma_min=float(fm.high_sigma_min),
+            use_prompt_cache=bool(cosmos.prompt_cache),
+        )
+        if int(cosmos.vl_hidden_dim) != self.extractor.hidden_size:
+            raise ConfigError(
+                f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
+                f"is {self.extractor.hidden_size} wide; set vl_hidden_dim to {self.extractor.hidden_size}"
+            )
+        vla = cfg.datasets.vla_data
+        self.num_frames_out = num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio)
+        temporal = self.extractor.temporal_factor
+        if self.training_mode == "video" and latent_frame_count(self.num_frames_out, temporal) < 2:
+            raise ConfigError(
+                f"framework.cosmos25.training=video needs at least {1 + temporal} frames per sample, but "
+                f"datasets.vla_data.video_delta_indices / action_video_freq_ratio give {self.num_frames_out}"
+            )
+        message = wasted_frames_message(self.num_frames_out, temporal)
+        if message is not None:
+            warnings.warn(message, FrameCountWarning, stacklevel=2)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.extractor.hidden_size
+
+    def _stack_frames(self, images: list, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        samples = []
+        for index, frames in enumerate(images):
+            frames = frames if isinstance(frames, (list, tuple)) else [frames]
+            samples.append(torch.stack([frame_to_tensor(f) for f in frames]))
+            if samples[-1].shape != samples[0].shape:
+                raise ValueError(
+                    f"sample {index} has frames {tuple(samples[-1].shape)} (T, C, H, W) but sample 0 has "
+                    f"{tuple(samples[0].shape)}; every sample in a batch needs the same frame count and size"
+                )
+        video = torch.stack(samples).to(device)
+        num_frames = video.shape[1]
+        if num_frames > 1 and num_frames != self.num_frames_out:
+            raise ValueError(
+                f"samples carry {num_frames} frames but the config gives {self.num_frames_out} "
+                "(datasets.vla_data.video_delta_indices subsampled by action_video_freq_ratio)"
+            )
+        return video[:, 0], (video[:, 1:] if num_frames > 1 else None)
+
+    def forward(self, images: list, instructions: list[str], want_features: bool, want_video_loss: bool) -> BackboneOutput:
+        """images[b] = frames of sample b (frame 0 conditions); instructions[b] = its language instruction."""
+        device = next(self.extractor.transformer.parameters()).device
+        cond_frames, future_frames = self._stack_frames(images, device)
+        return self.extractor(
+            list(instructions),
+            cond_frames,
+            future_frames,
+            self.num_frames_out,
+            want_features=want_features,
+            want_video_loss=want_video_loss,
+        )

@@ -1,0 +1,142 @@
+"""Load the parts of a local diffusers Cosmos-Predict2.5 pipeline folder that training uses.
+
+The folder is a `Cosmos2_5_PredictBasePipeline` snapshot (`nvidia/Cosmos-Predict2.5-2B`, revision
+`diffusers/base/post-trained`) or the tiny one written by `python -m DiT4DiT.tools.tiny_cosmos`; both go
+through the same `from_pretrained` call. The pipeline object itself is dropped: only its components are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from DiT4DiT.config.schema import ConfigError
+
+HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
+HUB_REVISION = "diffusers/base/post-trained"
+
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+# Component subfolder -> a file that must be in it (weights may be sharded, so only configs are required).
+REQUIRED_COMPONENTS = {
+    "text_encoder": "config.json",
+    "tokenizer": "tokenizer_config.json",
+    "transformer": "config.json",
+    "vae": "config.json",
+    "scheduler": "scheduler_config.json",
+}
+
+
+def download_hint(folder: str | Path) -> str:
+    return f"huggingface-cli download {HUB_REPO} --revision {HUB_REVISION} --local-dir {folder}"
+
+
+class NoOpSafetyChecker:
+    """Stands in for cosmos_guardrail's checker, which training never runs (and which is not installed)."""
+
+    def to(self, *args: Any, **kwargs: Any) -> "NoOpSafetyChecker":
+        return self
+
+    def check_text_safety(self, prompt: str) -> bool:
+        return True
+
+    def check_video_safety(self, frames: Any) -> Any:
+        return frames
+
+
+@dataclass
+class CosmosComponents:
+    text_encoder: torch.nn.Module
+    tokenizer: Any
+    transformer: torch.nn.Module
+    vae: torch.nn.Module
+    scheduler: Any
+    latents_mean: torch.Tensor  # (1, z_dim, 1, 1, 1) float32
+    latents_std: torch.Tensor  # (1, z_dim, 1, 1, 1) float32, the std itself (diffusers 0.38 meaning)
+    vae_scale_factor_temporal: int
+    vae_scale_factor_spatial: int
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in TORCH_DTYPES:
+        raise ConfigError(
+            f"framework.cosmos25.torch_dtype={name!r} is not supported; use one of {', '.join(TORCH_DTYPES)}"
+        )
+    return TORCH_DTYPES[name]
+
+
+def check_pipeline_folder(folder: str | Path | None) -> Path:
+    """Raise ConfigError naming what is missing (and how to download it) unless `folder` is a complete pipeline."""
+    if folder is None or str(folder) == "":
+        raise ConfigError(
+            "framework.cosmos25.base_model is not set: point it at a local Cosmos-Predict2.5 pipeline folder, "
+            f"e.g. download one with `{download_hint('playground/Pretrained_models/Cosmos-Predict2.5-2B')}` "
+            "or write the tiny one with `python -m DiT4DiT.tools.tiny_cosmos`"
+        )
+    path = Path(folder)
+    if not path.is_dir():
+        raise ConfigError(
+            f"framework.cosmos25.base_model={str(folder)!r}: no such folder; download it with `{download_hint(path)}`"
+        )
+    if not (path / "model_index.json").is_file():
+        raise ConfigError(
+            f"framework.cosmos25.base_model={str(folder)!r} is not a diffusers pipeline folder (model_index.json is "
+            f"missing); download it with `{download_hint(path)}`"
+        )
+    for component, marker in REQUIRED_COMPONENTS.items():
+        if not (path / component / marker).is_file():
+            raise ConfigError(
+                f"framework.cosmos25.base_model={str(folder)!r} is incomplete: component '{component}' "
+                f"({component}/{marker}) is missing; download it with `{download_hint(path)}`"
+            )
+    index = json.loads((path / "model_index.json").read_text())
+    if index.get("_class_name") != "Cosmos2_5_PredictBasePipeline":
+        raise ConfigError(
+            f"framework.cosmos25.base_model={str(folder)!r} holds a {index.get('_class_name')!r} pipeline, not "
+            f"Cosmos2_5_PredictBasePipeline; download the right one with `{download_hint(path)}`"
+        )
+    return path
+
+
+def load_cosmos_components(
+    folder: str | Path | None,
+    torch_dtype: str,
+    attn_implementation: str,
+    local_files_only: bool = True,
+) -> CosmosComponents:
+    """Load text encoder, tokenizer, transformer, VAE and scheduler from a pipeline folder."""
+    from diffusers import Cosmos2_5_PredictBasePipeline
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    path = check_pipeline_folder(folder)
+    dtype = resolve_dtype(torch_dtype)
+    # The text encoder is loaded on its own so that its attention implementation can be chosen (the snapshot's
+    # config may ask for flash_attention_2, which Ascend does not have).
+    text_encoder = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        path / "text_encoder",
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        local_files_only=local_files_only,
+    )
+    pipe = Cosmos2_5_PredictBasePipeline.from_pretrained(
+        path,
+        text_encoder=text_encoder,
+        safety_checker=NoOpSafetyChecker(),
+        torch_dtype=dtype,
+        local_files_only=local_files_only,
+    )
+    return CosmosComponents(
+        text_encoder=pipe.text_encoder,
+        tokenizer=pipe.tokenizer,
+        transformer=pipe.transformer,
+        vae=pipe.vae,
+        scheduler=pipe.scheduler,
+        latents_mean=pipe.latents_mean,
+        latents_std=pipe.latents_std,
+        vae_scale_factor_temporal=pipe.vae_scale_factor_temporal,
+        vae_scale_factor_spatial=pipe.vae_scale_factor_spatial,
+    )

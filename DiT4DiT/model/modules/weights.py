@@ -1,0 +1,43 @@
+"""Load a DiT4DiT weights file (a flat {name: tensor} dict) into a built model.
+
+Checkpoints hold the trainable parameters; the frozen text encoder and VAE are normally left out because
+they reload from the base Cosmos snapshot. So: every key in the file must exist in the model with the same
+shape, and only keys under those two modules may be missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+RELOADED_FROM_SNAPSHOT = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
+
+
+class CheckpointMismatchError(ValueError):
+    """A weights file that does not fit the model built from its config."""
+
+
+def load_trained_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | Path) -> None:
+    expected = model.state_dict()
+    unexpected = [k for k in state_dict if k not in expected]
+    if unexpected:
+        raise CheckpointMismatchError(
+            f"{source}: {len(unexpected)} keys are not in the model, e.g. {unexpected[:3]}; "
+            "was it saved by a model with a different framework.action_model / cosmos25 config?"
+        )
+    wrong_shape = [
+        f"{k} {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
+        for k, v in state_dict.items()
+        if tuple(v.shape) != tuple(expected[k].shape)
+    ]
+    if wrong_shape:
+        raise CheckpointMismatchError(f"{source}: shapes differ from the model's: {wrong_shape[:3]}")
+    missing = [k for k in expected if k not in state_dict and not k.startswith(RELOADED_FROM_SNAPSHOT)]
+    if missing:
+        raise CheckpointMismatchError(
+            f"{source}: {len(missing)} trained weights are missing, e.g. {missing[:3]}; only the text encoder and "
+            "VAE may be left out (they reload from framework.cosmos25.base_model)"
+        )
+    model.load_state_dict(state_dict, strict=False)

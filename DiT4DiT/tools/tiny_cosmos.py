@@ -1,0 +1,234 @@
+"""Write a tiny, randomly initialised Cosmos-Predict2.5 pipeline folder for tests and CPU smoke runs.
+
+    python -m DiT4DiT.tools.tiny_cosmos [--out DIR] [--seed N] [--force]
+
+The folder has the layout of the real `nvidia/Cosmos-Predict2.5-2B` snapshot (model_index.json plus
+text_encoder / tokenizer / transformer / vae / scheduler), with the same classes at toy sizes, so it loads
+through exactly the same code path. Weights come from a fixed seed; the tokenizer is a byte-level BPE trained
+offline on a few built-in sentences, with a chat template that accepts list-of-parts message content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
+from DiT4DiT.model.modules.prompt_cache import SYSTEM_PROMPT
+
+DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-tiny")
+
+TEXT_HIDDEN = 32
+TEXT_LAYERS = 2
+LATENT_CHANNELS = 16
+TRANSFORMER_HEADS = 2
+TRANSFORMER_HEAD_DIM = 16  # hidden size 32 = the width of the features the action head sees
+TRANSFORMER_LAYERS = 4
+TOKENIZER_VOCAB = 400
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+# Qwen's chat layout; message content may be a string or a list of {"type": "text", "text": ...} parts.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+TOKENIZER_CORPUS = [
+    SYSTEM_PROMPT,
+    "pick up the red block and place it in the bowl",
+    "put the cup on the plate",
+    "open the drawer and take out the bottle",
+    "stack the green cube on top of the blue cube",
+    "move the apple to the left of the basket",
+    "grasp the handle with both arms and lift the pot",
+    "place the bread into the toaster",
+    "press the button, then close the lid",
+    "hand over the hammer from the right arm to the left arm",
+]
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Qwen2TokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte encodes, so any text works
+        show_progress=False,
+    )
+    bpe.train_from_iterator(TOKENIZER_CORPUS, trainer)
+    return Qwen2TokenizerFast(
+        tokenizer_object=bpe,
+        chat_template=CHAT_TEMPLATE,
+        unk_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+
+
+def build_text_encoder(tokenizer):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    token_id = tokenizer.convert_tokens_to_ids
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=TEXT_HIDDEN,
+            intermediate_size=2 * TEXT_HIDDEN,
+            num_hidden_layers=TEXT_LAYERS,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=2048,
+            # M-RoPE splits each head's rotary half (16 / 2 = 8 = 2 + 3 + 3) over time, height and width.
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            tie_word_embeddings=False,
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=TEXT_HIDDEN,
+            fullatt_block_indexes=[0],
+        ),
+        image_token_id=token_id("<|image_pad|>"),
+        video_token_id=token_id("<|video_pad|>"),
+        vision_start_token_id=token_id("<|vision_start|>"),
+        vision_end_token_id=token_id("<|vision_end|>"),
+    )
+    return Qwen2_5_VLForConditionalGeneration(config).eval()
+
+
+def build_transformer():
+    from diffusers import CosmosTransformer3DModel
+
+    # Same structure as the 2B model (UPSTREAM_SPEC 2.1) at toy widths.
+    return CosmosTransformer3DModel(
+        in_channels=LATENT_CHANNELS + 1,
+        out_channels=LATENT_CHANNELS,
+        num_attention_heads=TRANSFORMER_HEADS,
+        attention_head_dim=TRANSFORMER_HEAD_DIM,
+        num_layers=TRANSFORMER_LAYERS,
+        mlp_ratio=2.0,
+        text_embed_dim=TRANSFORMER_HEADS * TRANSFORMER_HEAD_DIM,
+        adaln_lora_dim=8,
+        max_size=(128, 240, 240),
+        patch_size=(1, 2, 2),
+        rope_scale=(1.0, 3.0, 3.0),
+        concat_padding_mask=True,
+        extra_pos_embed_type=None,
+        use_crossattn_projection=True,
+        crossattn_proj_in_channels=TEXT_HIDDEN * TEXT_LAYERS,
+        encoder_hidden_states_channels=TRANSFORMER_HEADS * TRANSFORMER_HEAD_DIM,
+    ).eval()
+
+
+def build_vae():
+    from diffusers import AutoencoderKLWan
+
+    # Wan2.1 layout (temporal x4, spatial x8); mean/std differ from 0/1 so that normalisation is exercised.
+    return AutoencoderKLWan(
+        base_dim=8,
+        z_dim=LATENT_CHANNELS,
+        dim_mult=[1, 2, 2, 2],
+        num_res_blocks=1,
+        attn_scales=[],
+        temperal_downsample=[False, True, True],
+        latents_mean=[round(-0.4 + 0.05 * i, 4) for i in range(LATENT_CHANNELS)],
+        latents_std=[round(0.6 + 0.05 * i, 4) for i in range(LATENT_CHANNELS)],
+    ).eval()
+
+
+def build_scheduler():
+    from diffusers import UniPCMultistepScheduler
+
+    return UniPCMultistepScheduler(
+        use_karras_sigmas=True,
+        use_flow_sigmas=True,
+        prediction_type="flow_prediction",
+        sigma_max=200.0,
+        sigma_min=0.01,
+    )
+
+
+def build_tiny_pipeline(seed: int = 0):
+    """The tiny Cosmos2_5_PredictBasePipeline in memory, identical for the same seed."""
+    from diffusers import Cosmos2_5_PredictBasePipeline
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        tokenizer = build_tokenizer()
+        text_encoder = build_text_encoder(tokenizer)
+        transformer = build_transformer()
+        vae = build_vae()
+    return Cosmos2_5_PredictBasePipeline(
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+        vae=vae,
+        scheduler=build_scheduler(),
+        safety_checker=NoOpSafetyChecker(),
+    )
+
+
+def write_tiny_pipeline(out: str | Path, seed: int = 0, force: bool = False) -> Path:
+    """Write the pipeline folder atomically: a failure leaves `out` as it was."""
+    from diffusers.utils import logging as diffusers_logging
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pipeline = build_tiny_pipeline(seed)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    verbosity = diffusers_logging.get_verbosity()
+    try:
+        # The no-op safety checker is deliberately not saved (the real snapshot has none either); keep quiet.
+        diffusers_logging.set_verbosity_error()
+        pipeline.save_pretrained(staging, safe_serialization=True)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    finally:
+        diffusers_logging.set_verbosity(verbosity)
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write a tiny random Cosmos-Predict2.5 pipeline folder.")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
+    parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default: 0)")
+    parser.add_argument("--force", action="store_true", help="replace an existing, non-empty output folder")
+    args = parser.parse_args(argv)
+    try:
+        out = write_tiny_pipeline(args.out, seed=args.seed, force=args.force)
+    except FileExistsError as error:
+        print(f"tiny_cosmos: {error}", file=sys.stderr)
+        return 1
+    print(f"tiny Cosmos-Predict2.5 pipeline written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

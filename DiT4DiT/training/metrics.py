@@ -1,0 +1,118 @@
+"""What the user sees: a progress bar, metrics.jsonl, wandb (offline by default) and a loss-curve PNG."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+METRICS_FILE = "metrics.jsonl"
+LOSS_CURVE_FILE = "loss_curve.png"
+
+
+class MetricsLogger:
+    """Averages per-micro-step values over a logging window and writes them to every tracker.
+
+    Built on the main process only; other ranks log nothing.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, start_step: int):
+        self.run_dir = run_dir
+        self.trackers = list(cfg.trackers)
+        self.bar = tqdm(total=cfg.trainer.max_train_steps, initial=start_step, desc="train", dynamic_ncols=True)
+        self.window: dict[str, list[float]] = defaultdict(list)
+        self.window_start = time.perf_counter()
+        self.window_samples = 0
+        self.wandb_run = None
+        if "wandb" in self.trackers:
+            import wandb  # heavy, and only needed when this tracker is on
+
+            self.wandb_run = wandb.init(
+                project=cfg.wandb_project,
+                entity=cfg.wandb_entity,
+                name=cfg.run_id,
+                group="vla-train",
+                dir=str(run_dir),
+                mode=cfg.wandb_mode,
+                config=OmegaConf.to_container(cfg, resolve=True),
+                resume="allow",
+            )
+
+    def record(self, values: dict[str, float], samples: int) -> None:
+        """Values of one optimizer step (losses, timings); `samples` = global samples it consumed."""
+        for key, value in values.items():
+            self.window[key].append(value)
+        self.window_samples += samples
+
+    def advance(self, step: int) -> None:
+        last = {k: v[-1] for k, v in self.window.items() if k.endswith("loss")}
+        self.bar.update(step - self.bar.n)
+        self.bar.set_postfix({k: f"{v:.4f}" for k, v in last.items()}, refresh=False)
+
+    def flush(self, step: int, extra: dict[str, float]) -> dict[str, float]:
+        """Write the window's averages (plus `extra`, e.g. learning rates) as one record at `step`."""
+        elapsed = time.perf_counter() - self.window_start
+        record = {"step": step}
+        record.update({k: sum(v) / len(v) for k, v in self.window.items()})
+        record.update(extra)
+        record["samples_per_s"] = self.window_samples / elapsed if elapsed > 0 else 0.0
+        self.bar.set_postfix(
+            {k: f"{record[k]:.4f}" for k in ("total_loss",) if k in record} | {"samples/s": f"{record['samples_per_s']:.1f}"}
+        )
+        self.log(record)
+        self.window.clear()
+        self.window_samples = 0
+        self.window_start = time.perf_counter()
+        return record
+
+    def log(self, record: dict) -> None:
+        if "jsonl" in self.trackers:
+            with open(self.run_dir / METRICS_FILE, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_loss_curve(run_dir: Path) -> Path | None:
+    """loss_curve.png from metrics.jsonl: one line per loss, eval MSE as points."""
+    records = read_metrics(run_dir)
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on training hosts
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    keys = sorted({k for r in records for k in r if k.endswith("loss") or k == "eval_action_mse"})
+    for key in keys:
+        points = [(r["step"], r[key]) for r in records if key in r]
+        style = "o" if key == "eval_action_mse" else "-"
+        ax.plot(*zip(*points), style, label=key, markersize=4)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_yscale("log")
+    ax.set_title(run_dir.name)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = run_dir / LOSS_CURVE_FILE
+    fig.savefig(path)
+    plt.close(fig)
+    return path

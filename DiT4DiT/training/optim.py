@@ -1,0 +1,52 @@
+"""Learning-rate groups and the learning-rate schedule (the optimizer itself is built in train.py)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import get_scheduler
+
+from DiT4DiT.config.schema import ConfigError
+
+
+def build_param_groups(model: nn.Module, learning_rate: DictConfig) -> list[dict]:
+    """One group per module path named in `trainer.learning_rate` (YAML order), the rest in group `base`.
+
+    Frozen parameters are left out entirely, so the optimizer holds no state for them.
+    """
+    claimed: set[int] = set()
+    groups = []
+    for name, lr in learning_rate.items():
+        if name == "base":
+            continue
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            raise ConfigError(
+                f"trainer.learning_rate.{name}: the model has no module '{name}'; "
+                f"top-level modules are {[n for n, _ in model.named_children()]}"
+            ) from None
+        params = [p for p in module.parameters() if p.requires_grad and id(p) not in claimed]
+        claimed.update(id(p) for p in params)
+        if params:
+            groups.append({"params": params, "lr": float(lr), "name": name})
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in claimed]
+    if rest:
+        groups.append({"params": rest, "lr": float(learning_rate.base), "name": "base"})
+    if not groups:
+        raise ConfigError("trainer.freeze_modules froze every parameter: nothing is left to train")
+    return groups
+
+
+def build_lr_scheduler(optimizer: Optimizer, trainer_cfg: DictConfig) -> LambdaLR:
+    """transformers' named schedule with warm-up, stepped once per optimizer step."""
+    kwargs = dict(trainer_cfg.scheduler_specific_kwargs) if trainer_cfg.lr_scheduler_type == "cosine_with_min_lr" else {}
+    return get_scheduler(
+        trainer_cfg.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=trainer_cfg.num_warmup_steps,
+        num_training_steps=trainer_cfg.max_train_steps,
+        scheduler_specific_kwargs=kwargs,
+    )

@@ -1,0 +1,61 @@
+"""Batches of dataset indices whose order depends only on (seed, epoch), so a resumed run sees the same data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class ResumableBatchSampler:
+    """Shuffles the index space per epoch and gives each rank its own shard of every global batch.
+
+    The position in the data follows from the number of micro-batches already consumed, so resuming needs
+    nothing but that count: `batches(start_micro_step)` skips to it without loading any sample.
+    """
+
+    def __init__(self, dataset_len: int, batch_size: int, rank: int, world_size: int, seed: int):
+        if dataset_len < batch_size * world_size:
+            raise ValueError(
+                f"the dataset has {dataset_len} samples, fewer than one global batch "
+                f"({batch_size} per process x {world_size} processes); lower datasets.vla_data.per_device_batch_size"
+            )
+        self.dataset_len = dataset_len
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        # Incomplete trailing global batches are dropped so every rank takes the same number of steps.
+        self.batches_per_epoch = dataset_len // (batch_size * world_size)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(self.dataset_len, generator=generator).tolist()
+        global_batch = self.batch_size * self.world_size
+        batches = []
+        for b in range(self.batches_per_epoch):
+            chunk = order[b * global_batch : (b + 1) * global_batch]
+            batches.append(chunk[self.rank * self.batch_size : (self.rank + 1) * self.batch_size])
+        return batches
+
+    def position(self, micro_step: int) -> tuple[int, int]:
+        """(epoch, batch index within the epoch) of the given micro-step."""
+        return divmod(micro_step, self.batches_per_epoch)
+
+
+def iterate_batches(
+    dataset: Dataset, sampler: ResumableBatchSampler, start_micro_step: int, num_workers: int, collate_fn: Callable
+) -> Iterator[list]:
+    """Endless stream of this rank's micro-batches, starting at `start_micro_step`."""
+    epoch, skip = sampler.position(start_micro_step)
+    while True:
+        dataset.set_epoch(epoch)  # before the workers fork, so they see it
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler.epoch_batches(epoch)[skip:],
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+        )
+        yield from loader
+        epoch, skip = epoch + 1, 0

@@ -1,0 +1,42 @@
+# The README's two commands are `make train-tiny` and `make test`; both set up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
+TINY_DATA := playground/Datasets/robotwin_tiny
+
+.PHONY: venv tiny-assets train-tiny test test-patched bench
+
+venv: $(VENV)/.installed
+
+# torch 2.7.1 from PyPI is a CUDA build that also runs on CPU; DS_BUILD_OPS=0 keeps DeepSpeed from compiling ops.
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	DS_BUILD_OPS=0 $(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+$(TINY_MODEL)/model_index.json: | venv
+	$(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL)
+
+$(TINY_DATA)/.complete: | venv
+	$(PY) -m DiT4DiT.tools.tiny_robotwin --out $(TINY_DATA)
+	touch $@
+
+tiny-assets: $(TINY_MODEL)/model_index.json $(TINY_DATA)/.complete
+
+# The main job on the embedded tiny defaults, through the real launcher (CPU host: CPU launch configuration).
+train-tiny: tiny-assets
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/train_8p.sh $(ARGS)
+
+test: venv
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The NPU patch applied to a fresh export of HEAD, then the 100-step CPU smoke run on the patched tree.
+test-patched: venv
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ci_patched_smoke.sh
+
+bench: tiny-assets
+	$(PY) bench/bench_model.py
+	$(PY) bench/bench_data.py
+	$(PY) bench/bench_train.py

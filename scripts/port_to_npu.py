@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""Port a DiT4DiT checkout to Ascend NPU, or emit / check the patch that does so.
+
+    python scripts/port_to_npu.py CHECKOUT                       # edit the two files in place
+    python scripts/port_to_npu.py CHECKOUT --emit-patch FILE     # write a `git apply` patch, touch nothing
+    python scripts/port_to_npu.py CHECKOUT --check [--patch F]   # fail if patches/dit4dit_npu.patch is stale
+
+The device surface of DiT4DiT is two files: `training/train.py` and `model/framework/DiT4DiT.py`.
+In each, the tool inserts a guarded `torch_npu` / `transfer_to_npu` import with small helpers, and
+turns every `torch.autocast("cuda", ...)` into `_npu_autocast(...)`: autocast on npu, falling
+back to the device in use when torch_npu is missing. In train.py it also adds `fused=True` to
+`torch.optim.AdamW(...)` and runs the `__main__` body inside the mx_driving patcher.
+
+Sites are found with `ast`. The edits are spliced into the source text at the nodes' exact
+positions, so every other byte is unchanged. Running the tool on a ported tree changes nothing.
+
+Exit status: 0 done (or already ported, or the patch is current); 1 stale patch or unusable
+input; 2 not a DiT4DiT checkout, or an expected site is missing (each one is listed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import io
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRAIN = "DiT4DiT/training/train.py"
+FRAMEWORK = "DiT4DiT/model/framework/DiT4DiT.py"
+# The original has four autocast sites in the framework (forward and predict_action, bf16 and
+# fp32 each) and one in the train step.
+EXPECTED_AUTOCASTS = {TRAIN: 1, FRAMEWORK: 4}
+DEFAULT_PATCH = Path(__file__).resolve().parent.parent / "patches" / "dit4dit_npu.patch"
+REGENERATE = "python scripts/port_to_npu.py . --emit-patch patches/dit4dit_npu.patch"
+
+# The launcher greps for the second import line to tell that a tree is patched: keep it verbatim.
+GUARDED_IMPORT = '''
+try:
+    import torch_npu  # noqa: F401  registers the "npu" device with torch
+    from torch_npu.contrib import transfer_to_npu  # noqa: F401  maps cuda calls onto npu
+    _TORCH_NPU_IMPORT_ERROR = None
+except ImportError as _error:  # a CPU/CUDA host: _autocast_device() reports it and falls back
+    _TORCH_NPU_IMPORT_ERROR = _error
+'''
+
+# Shared by both files, so it is generated from this one template.
+AUTOCAST_HELPERS = '''
+
+@functools.cache
+def _autocast_device() -> str:
+    """Device type for autocast: npu with torch_npu, else the device in use (warned once per file)."""
+    if _TORCH_NPU_IMPORT_ERROR is None:
+        return "npu"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    warnings.warn(
+        f"torch_npu is not importable ({_TORCH_NPU_IMPORT_ERROR}); autocast runs on {device} instead of npu",
+        RuntimeWarning,
+        stacklevel=3,  # the autocast site
+    )
+    return device
+
+
+def _npu_autocast(dtype=None, enabled=True, cache_enabled=None):
+    """torch.autocast on _autocast_device().
+
+    CPU autocast supports only bf16/fp16 (torch 2.7 warns and disables a float32 one on every
+    entry), so a float32 autocast on CPU is disabled up front: that is what it amounts to there.
+    """
+    device = _autocast_device()
+    enabled = enabled and not (device == "cpu" and dtype == torch.float32)
+    return torch.autocast(device, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+'''
+
+# Only train.py runs the entry point.
+PATCHER_HELPER = '''
+
+@contextlib.contextmanager
+def _mx_driving_patcher():
+    """Run the body inside the mx_driving patcher when it is installed (patcher API 1.0 or 2.0).
+
+    The patch list is empty on purpose: default_patcher's global torch.matmul and
+    Tensor.__getitem__ patches only add per-call overhead to a DiT, and TransformersNPU targets
+    Qwen3 modules that this model does not have. Set DIT4DIT_DISABLE_MX_PATCHER=1 to skip it.
+    """
+    if os.environ.get("DIT4DIT_DISABLE_MX_PATCHER") == "1":
+        warnings.warn("DIT4DIT_DISABLE_MX_PATCHER=1: training without the mx_driving patcher", RuntimeWarning)
+        yield
+        return
+    try:
+        from mx_driving import patcher
+    except ImportError as error:
+        warnings.warn(f"mx_driving is not importable ({error}); training without its patcher", RuntimeWarning)
+        yield
+        return
+    if hasattr(patcher.Patcher, "add"):  # API 2.0: apply() patches for the process; there is no exit
+        patcher.Patcher().apply()
+        yield
+    else:  # API 1.0: the built patcher is a context manager
+        with patcher.PatcherBuilder().build():
+            yield
+'''
+
+HELPER_IMPORTS = {FRAMEWORK: ("functools", "warnings"), TRAIN: ("contextlib", "functools", "os", "warnings")}
+
+
+class PortError(Exception):
+    """The checkout cannot be ported; the message says what is missing."""
+
+
+@dataclass
+class Ported:
+    """Result of porting one file's source text."""
+
+    source: str
+    changes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass(order=True)
+class _Edit:
+    start: int
+    end: int
+    text: str
+
+
+class _Text:
+    """Maps ast (line, UTF-8 byte column) positions to offsets into the source string."""
+
+    def __init__(self, source: str):
+        self.source = source
+        # Lines as the tokenizer counts them (str.splitlines also splits at form feeds and the like).
+        self.lines = io.StringIO(source, newline="").readlines()
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1] if lineno <= len(self.lines) else ""
+        return self.starts[lineno - 1] + len(line.encode()[:col].decode())
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset)
+
+    def segment(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.source[start:end]
+
+    def line_end(self, lineno: int) -> int:
+        return self.starts[lineno]
+
+    def indent_of(self, lineno: int) -> str:
+        line = self.lines[lineno - 1]
+        return line[: len(line) - len(line.lstrip())]
+
+
+def _dotted(node: ast.AST) -> str:
+    """'torch.optim.AdamW' for an attribute chain of names, '' otherwise."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _cuda_device_arg(call: ast.Call) -> ast.AST | None:
+    """The `"cuda"` device argument of a torch.autocast call, or None."""
+    if call.args:
+        candidate = call.args[0]
+    else:
+        candidate = next((k.value for k in call.keywords if k.arg == "device_type"), None)
+    if isinstance(candidate, ast.Constant) and candidate.value == "cuda":
+        return candidate
+    return None
+
+
+def _imports_torch(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Import):
+        return any(alias.name == "torch" or alias.name.startswith("torch.") for alias in stmt.names)
+    return isinstance(stmt, ast.ImportFrom) and (stmt.module or "").split(".")[0] == "torch" and stmt.level == 0
+
+
+def _is_dist_import(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Import) and any(
+        alias.name == "torch.distributed" and alias.asname == "dist" for alias in stmt.names
+    )
+
+
+def _is_guarded_import(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Try) and any(
+        isinstance(inner, ast.Import) and any(alias.name == "torch_npu" for alias in inner.names)
+        for inner in stmt.body
+    )
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    test = stmt.test if isinstance(stmt, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def _defined_functions(tree: ast.Module) -> set[str]:
+    return {stmt.name for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
+
+
+def _helpers_for(rel: str) -> str:
+    return AUTOCAST_HELPERS + (PATCHER_HELPER if rel == TRAIN else "")
+
+
+def _stdlib_imports(rel: str, tree: ast.Module) -> str:
+    """`import x` lines for the helpers' modules that the file does not import yet."""
+    present = {alias.name for stmt in tree.body if isinstance(stmt, ast.Import) for alias in stmt.names}
+    return "".join(f"import {name}\n" for name in HELPER_IMPORTS[rel] if name not in present)
+
+
+def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
+    """The guarded import after `import torch.distributed as dist` (else the last torch import),
+    and the helpers after the last top-level import that precedes the first def/class."""
+    body = tree.body
+    if any(_is_guarded_import(stmt) for stmt in body):
+        return []
+    anchor = next((stmt for stmt in body if _is_dist_import(stmt)), None)
+    if anchor is None:
+        torch_imports = [stmt for stmt in body if _imports_torch(stmt)]
+        if not torch_imports:
+            result.missing.append(f"no top-level `import torch` in {rel} to put the torch_npu import after")
+            return []
+        anchor = torch_imports[-1]
+    first_def = next(
+        (i for i, stmt in enumerate(body) if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))),
+        len(body),
+    )
+    last_import = max(
+        (i for i, stmt in enumerate(body[:first_def]) if isinstance(stmt, (ast.Import, ast.ImportFrom))),
+        default=body.index(anchor),
+    )
+    last_import = max(last_import, body.index(anchor))
+    guarded_at = text.line_end(anchor.end_lineno)
+    helpers_at = text.line_end(body[last_import].end_lineno)
+    result.changes.append(f"{rel}:{anchor.end_lineno}: guarded torch_npu / transfer_to_npu import")
+    result.changes.append(f"{rel}:{body[last_import].end_lineno}: NPU helpers ({', '.join(_helper_names(rel))})")
+    guarded = _stdlib_imports(rel, tree) + GUARDED_IMPORT
+    if anchor.end_lineno < len(text.lines) and text.lines[anchor.end_lineno].strip():
+        guarded += "\n"  # keep a blank line between the block and the imports that follow
+    if helpers_at == guarded_at:
+        return [_Edit(guarded_at, guarded_at, guarded + _helpers_for(rel))]
+    return [_Edit(guarded_at, guarded_at, guarded), _Edit(helpers_at, helpers_at, _helpers_for(rel))]
+
+
+def _helper_names(rel: str) -> list[str]:
+    names = ["_autocast_device", "_npu_autocast"]
+    return names + (["_mx_driving_patcher"] if rel == TRAIN else [])
+
+
+def _autocast_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
+    edits, ported = [], 0
+    for node in sorted(ast.walk(tree), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Name) and node.func.id == "_npu_autocast":
+            ported += 1
+            continue
+        if _dotted(node.func) not in ("torch.autocast", "torch.amp.autocast"):
+            continue
+        device = _cuda_device_arg(node)
+        if device is None:
+            continue
+        kept = [text.segment(arg) for arg in node.args if arg is not device]
+        kept += [text.segment(k) for k in node.keywords if k.value is not device]
+        start, end = text.span(node)
+        replacement = f"_npu_autocast({', '.join(kept)})"
+        edits.append(_Edit(start, end, replacement))
+        result.changes.append(f"{rel}:{node.lineno}: {text.segment(node)} -> {replacement}")
+    expected = EXPECTED_AUTOCASTS[rel]
+    if len(edits) + ported < expected:
+        result.missing.append(
+            f'{rel}: found {len(edits) + ported} torch.autocast("cuda", ...) call(s), expected {expected}'
+            if edits or ported
+            else f'no torch.autocast("cuda", ...) call found in {rel} (expected {expected})'
+        )
+    return edits
+
+
+def _adamw_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) == "torch.optim.AdamW"]
+    if not calls:
+        result.missing.append(f"no torch.optim.AdamW(...) call in {rel}")
+    edits = []
+    for call in calls:
+        fused = next((k for k in call.keywords if k.arg == "fused"), None)
+        if fused is not None:
+            if not (isinstance(fused.value, ast.Constant) and fused.value.value is True):
+                start, end = text.span(fused.value)
+                edits.append(_Edit(start, end, "True"))
+                result.changes.append(f"{rel}:{call.lineno}: AdamW fused={text.segment(fused.value)} -> fused=True")
+            continue
+        last = (call.args + call.keywords)[-1] if call.args or call.keywords else None
+        # After the last argument (before a trailing comma, if any), or inside empty parentheses;
+        # on its own line when the arguments are one per line.
+        if last is None:
+            at, insert = text.span(call)[1] - 1, "fused=True"
+        elif last.lineno > call.lineno:
+            at, insert = text.span(last)[1], f",\n{text.indent_of(last.lineno)}fused=True"
+        else:
+            at, insert = text.span(last)[1], ", fused=True"
+        edits.append(_Edit(at, at, insert))
+        result.changes.append(f"{rel}:{call.lineno}: torch.optim.AdamW(...) gets fused=True")
+    return edits
+
+
+def _main_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
+    guard = next((stmt for stmt in tree.body if _is_main_guard(stmt)), None)
+    if guard is None:
+        result.missing.append(f"no if __name__ == '__main__' block in {rel}")
+        return []
+    first = guard.body[0]
+    wrapped = isinstance(first, ast.With) and len(guard.body) == 1 and any(
+        isinstance(item.context_expr, ast.Call) and _dotted(item.context_expr.func) == "_mx_driving_patcher"
+        for item in first.items
+    )
+    if wrapped:
+        return []
+    indent = text.indent_of(first.lineno)
+    start = text.starts[first.lineno - 1]
+    end = text.line_end(guard.body[-1].end_lineno)
+    body = text.source[start:end]
+    reindented = "".join(f"    {line}" if line.strip() else line for line in body.splitlines(keepends=True))
+    result.changes.append(f"{rel}:{guard.lineno}: __main__ body runs inside _mx_driving_patcher()")
+    return [_Edit(start, end, f"{indent}with _mx_driving_patcher():\n{reindented}")]
+
+
+def port_source(rel: str, source: str) -> Ported:
+    """Port one of the two files; `rel` is its path relative to the checkout root."""
+    try:
+        tree = ast.parse(source, filename=rel)
+    except SyntaxError as error:
+        raise PortError(f"{rel} is not valid Python (line {error.lineno}): {error.msg}") from error
+    text, result = _Text(source), Ported(source)
+    edits = _header_edits(rel, tree, text, result) + _autocast_edits(rel, tree, text, result)
+    if rel == TRAIN:
+        edits += _adamw_edits(rel, tree, text, result) + _main_edits(rel, tree, text, result)
+    if result.missing:
+        return result
+    ported = source
+    for edit in sorted(edits, reverse=True):
+        ported = ported[: edit.start] + edit.text + ported[edit.end :]
+    ast.parse(ported, filename=rel)  # the splice must still be valid Python
+    result.source = ported
+    return result
+
+
+def read_checkout(checkout: Path) -> dict[str, str]:
+    """The two files' text; PortError listing what is missing if this is not a DiT4DiT checkout."""
+    missing = [rel for rel in (TRAIN, FRAMEWORK) if not (checkout / rel).is_file()]
+    if missing:
+        raise PortError(
+            f"{checkout} is not a DiT4DiT checkout: missing " + ", ".join(missing)
+            + " (pass the repository root that contains DiT4DiT/)"
+        )
+    return {rel: (checkout / rel).read_text(encoding="utf-8") for rel in (TRAIN, FRAMEWORK)}
+
+
+def port_checkout(checkout: Path) -> dict[str, Ported]:
+    """Port both files in memory; PortError lists every missing site."""
+    results = {rel: port_source(rel, source) for rel, source in read_checkout(checkout).items()}
+    missing = [line for result in results.values() for line in result.missing]
+    if missing:
+        raise PortError("expected sites not found:\n  " + "\n  ".join(missing))
+    return results
+
+
+def git_diff(rel: str, before: str, after: str) -> str:
+    """A `git apply`-able unified diff of one file (a/ and b/ prefixes, paths from the root)."""
+    if before == after:
+        return ""
+    lines = [f"diff --git a/{rel} b/{rel}\n"]
+    for line in difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{rel}", f"b/{rel}"
+    ):
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(lines)
+
+
+def make_patch(checkout: Path) -> str:
+    originals = read_checkout(checkout)
+    results = port_checkout(checkout)
+    return "".join(git_diff(rel, originals[rel], results[rel].source) for rel in (TRAIN, FRAMEWORK))
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
+    checkout = args.checkout.resolve()
+    results = port_checkout(checkout)
+    changes = [line for result in results.values() for line in result.changes]
+    if args.check:
+        patch_file = args.patch or DEFAULT_PATCH
+        if not changes:
+            print(f"{checkout} is already ported: --check needs an unported checkout", file=sys.stderr)
+            return 1
+        current = patch_file.read_text(encoding="utf-8") if patch_file.is_file() else None
+        if current != make_patch(checkout):
+            state = "stale" if current is not None else f"stale ({patch_file} does not exist)"
+            print(f"{patch_file}: {state}: regenerate with {REGENERATE}", file=sys.stderr)
+            return 1
+        print(f"{patch_file} is current")
+        return 0
+    if not changes and args.emit_patch is not None:
+        print(f"{checkout} is already ported: nothing to emit (the patch is made from an unported checkout)",
+              file=sys.stderr)
+        return 1
+    if not changes:
+        print(f"{checkout}: already ported, nothing to change")
+        return 0
+    for line in changes:
+        print(line)
+    if args.emit_patch is not None:
+        _write_atomically(args.emit_patch, make_patch(checkout))
+        print(f"wrote {args.emit_patch} (checkout left unchanged)")
+        return 0
+    for rel, result in results.items():
+        if result.changes:
+            _write_atomically(checkout / rel, result.source)
+    print(f"ported {checkout}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkout", type=Path, help="root of a DiT4DiT checkout (contains DiT4DiT/)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--emit-patch", type=Path, metavar="FILE", help="write the patch instead of editing")
+    mode.add_argument("--check", action="store_true", help="fail if the checked-in patch is stale")
+    parser.add_argument("--patch", type=Path, help=f"patch compared by --check (default {DEFAULT_PATCH})")
+    args = parser.parse_args(argv)
+    if args.patch is not None and not args.check:
+        parser.error("--patch only goes with --check")
+    try:
+        return _run(args)
+    except PortError as error:
+        print(f"port_to_npu: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fake of `torch_npu.contrib` (see the package docstring)."""

@@ -1,0 +1,77 @@
+"""Data fixtures: a generated tiny RoboTwin dataset, a read-only copy of the real PickNPlace dataset, configs."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+PICKNPLACE = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "robot_sim.PickNPlace"
+TINY_TASKS = ("adjust_bottle", "place_a2b_left", "place_a2b_right")
+
+
+def make_read_only(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def make_writable(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under root with size and mtime: equal snapshots mean nothing was written there."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="session")
+def tiny_robotwin_root(tmp_path_factory) -> Path:
+    """Three RoboTwin task folders (3 episodes of 24-40 frames each), generated once per session, read-only."""
+    from DiT4DiT.tools.tiny_robotwin import generate
+
+    root = tmp_path_factory.mktemp("robotwin_tiny")
+    generate(root, seed=0, tasks=TINY_TASKS)
+    make_read_only(root)
+    yield root
+    make_writable(root)
+
+
+@pytest.fixture(scope="session")
+def readonly_picknplace(tmp_path_factory) -> Path:
+    """A read-only copy of robot_sim.PickNPlace; returns its parent (the data_root_dir)."""
+    if not PICKNPLACE.is_dir():
+        pytest.fail(f"the shared dataset {PICKNPLACE} is missing; it ships with the project's shared/ folder")
+    root = tmp_path_factory.mktemp("datasets")
+    shutil.copytree(PICKNPLACE, root / PICKNPLACE.name)
+    make_read_only(root)
+    yield root
+    make_writable(root)
+
+
+@pytest.fixture
+def data_cfg(tmp_path):
+    """Factory: a full config reading `root` with `data_mix`, caching under this test's tmp dir."""
+    from DiT4DiT.config.schema import load_config
+
+    def build(root: Path | str, data_mix: str = "robotwin", *overrides: str):
+        return load_config(None, [
+            f"datasets.vla_data.data_root_dir={root}",
+            f"datasets.vla_data.data_mix={data_mix}",
+            f"datasets.vla_data.cache_dir={tmp_path / 'cache'}",
+            *overrides,
+        ])
+
+    return build
+
+
+@pytest.fixture
+def writable_task(tiny_robotwin_root, tmp_path) -> Path:
+    """A writable copy of one tiny RoboTwin task folder, under <tmp>/root/adjust_bottle, for breaking on purpose."""
+    target = tmp_path / "root" / "adjust_bottle"
+    shutil.copytree(tiny_robotwin_root / "adjust_bottle", target)
+    make_writable(target)
+    return target

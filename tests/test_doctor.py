@@ -1,0 +1,141 @@
+"""The doctor on this CPU host, and on A2/A3 hosts played by the fake npu-smi (tests/fakes/bin)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from DiT4DiT.config.schema import load_config
+from DiT4DiT.tools.doctor import hccl_problems, patcher_api, torch_npu_matches
+from DiT4DiT.tools.memory_estimate import estimate_training_memory, safetensors_param_count
+from DiT4DiT.tools.npu_topology import detect_soc, parse_npu_smi, visible_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
+TINY_YAML = ROOT / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+
+
+def fake_npu_smi(layout: str, **env: str) -> str:
+    return subprocess.run([str(FAKE_BIN / "npu-smi"), "info"], env={**os.environ, "FAKE_NPU_SMI_LAYOUT": layout, **env},
+                          capture_output=True, text=True, check=True).stdout
+
+
+def doctor(*args: str, layout: str | None = None, **env: str) -> tuple[int, dict[str, str]]:
+    """Run the doctor; returns (exit code, {check name: its whole line})."""
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if d != str(FAKE_BIN) and not (Path(d) / "npu-smi").exists()]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "HCCL_", "TORCH_HCCL", "DIT4DIT_"))}
+    full_env["PATH"] = os.pathsep.join(([str(FAKE_BIN)] if layout else []) + path)
+    if layout:
+        full_env["FAKE_NPU_SMI_LAYOUT"] = layout
+    full_env.update(env)
+    result = subprocess.run([sys.executable, "-m", "DiT4DiT.tools.doctor", *args], cwd=ROOT, env=full_env,
+                            capture_output=True, text=True, timeout=120)
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")}
+    return result.returncode, lines
+
+
+def test_cpu_host_passes_and_skips_the_npu_checks(tiny_pipeline_dir):
+    code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir), "--num_processes", "2")
+    assert code == 0, lines
+    for name in ("npu_devices", "a2_a3_zero_copy", "cann_env", "shared_libs", "mx_driving", "hccl_env"):
+        assert lines[name].startswith("SKIP"), lines[name]
+    assert "CPU host, 2 CPU process(es)" in lines["npu_devices"]
+    assert lines["stack_versions"].startswith("PASS") and "no torch_npu" in lines["stack_versions"]
+    assert lines["base_model"].startswith("PASS") and lines["config"].startswith("PASS")
+    assert lines["device_memory"].startswith("SKIP") and "need ~" in lines["device_memory"]
+
+
+def test_incomplete_base_model_fails_with_the_download_command(tmp_path, tiny_pipeline_dir):
+    code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tmp_path / "missing"))
+    assert code == 1
+    assert lines["base_model"].startswith("FAIL") and "does not exist" in lines["base_model"]
+    assert "huggingface-cli download nvidia/Cosmos-Predict2.5-2B --revision diffusers/base/post-trained" in lines["base_model"]
+
+
+@pytest.mark.parametrize("layout, asked, status", [("a2", 16, "FAIL"), ("a2", 8, "PASS"), ("a3", 16, "PASS")])
+def test_num_processes_against_visible_devices(layout, asked, status):
+    code, lines = doctor("--num_processes", str(asked), "--config_yaml", str(TINY_YAML), layout=layout)
+    assert lines["npu_devices"].startswith(status), lines["npu_devices"]
+    assert code == 1  # no CANN and no torch_npu here: an NPU host that cannot train
+    assert lines["cann_env"].startswith("FAIL") and lines["stack_versions"].startswith("FAIL")
+    if status == "FAIL":
+        assert "use --num_processes=8 or fewer" in lines["npu_devices"]
+
+
+def test_zero_copy_on_a2_fails_and_a3_needs_expandable_segments():
+    _, a2 = doctor("--config_yaml", str(TINY_YAML), layout="a2", TORCH_HCCL_ZERO_COPY="1")
+    assert a2["a2_a3_zero_copy"].startswith("FAIL") and "unset TORCH_HCCL_ZERO_COPY" in a2["a2_a3_zero_copy"]
+    _, a3 = doctor("--config_yaml", str(TINY_YAML), layout="a3", TORCH_HCCL_ZERO_COPY="1")
+    assert a3["a2_a3_zero_copy"].startswith("FAIL") and "expandable_segments:True" in a3["a2_a3_zero_copy"]
+    _, a3_ok = doctor("--config_yaml", str(TINY_YAML), layout="a3", TORCH_HCCL_ZERO_COPY="1",
+                      PYTORCH_NPU_ALLOC_CONF="expandable_segments:True")
+    assert a3_ok["a2_a3_zero_copy"].startswith("PASS")
+    _, forced = doctor("--config_yaml", str(TINY_YAML), "--soc", "a2", layout="a3", TORCH_HCCL_ZERO_COPY="1")
+    assert forced["a2_a3_zero_copy"].startswith("FAIL") and "A2 (--soc)" in forced["a2_a3_zero_copy"]
+
+
+def test_device_memory_compares_the_estimate_with_free_hbm(tiny_pipeline_dir):
+    args = ("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir))
+    _, idle = doctor(*args, layout="a3")
+    assert idle["device_memory"].startswith("PASS") and "60.7 GiB free" in idle["device_memory"]
+    _, full = doctor(*args, layout="a3", FAKE_NPU_SMI_HBM_USED_MB="65536")
+    assert full["device_memory"].startswith("FAIL") and "0.0 GiB free" in full["device_memory"]
+
+
+def test_hccl_variables_are_validated():
+    _, lines = doctor("--config_yaml", str(TINY_YAML), layout="a2", HCCL_CONNECT_TIMEOUT="60")
+    assert lines["hccl_env"].startswith("FAIL") and "outside [120, 7200]" in lines["hccl_env"]
+    assert hccl_problems({}) == []
+    assert hccl_problems({"HCCL_CONNECT_TIMEOUT": "1200", "HCCL_EXEC_TIMEOUT": "1800"}) == []
+    assert hccl_problems({"HCCL_EXEC_TIMEOUT": "3600"}) == ["HCCL_EVENT_TIMEOUT (1868) must exceed HCCL_EXEC_TIMEOUT (3600)"]
+    assert hccl_problems({"HCCL_EXEC_TIMEOUT": "0"}) == []  # 0 = never time out
+    assert hccl_problems({"HCCL_CONNECT_TIMEOUT": "2m"}) == ["HCCL_CONNECT_TIMEOUT='2m' is not a whole number of seconds"]
+
+
+def test_patcher_api_generations():
+    assert patcher_api(["Patcher", "default_patcher_builder"]) == "2.0"  # PyPI 26.x: 2.0 plus the legacy shim
+    assert patcher_api(["default_patcher_builder"]) == "1.0"  # branches up to v26.0.0
+    assert patcher_api([]) is None
+
+
+def test_torch_npu_release_must_match_torch():
+    assert torch_npu_matches("2.7.1", "2.7.1.post4") and torch_npu_matches("2.7.1+cpu", "2.7.1")
+    assert not torch_npu_matches("2.7.1", "2.6.0.post3") and not torch_npu_matches("2.8.0", "2.7.1.post4")
+
+
+def test_npu_smi_tables_parse_into_devices():
+    a2 = parse_npu_smi(fake_npu_smi("a2"))
+    assert len(a2) == 8 and detect_soc(a2) == "a2"
+    assert [c.npu for c in a2] == list(range(8)) and all(c.phy_id is None and c.name == "910B3" for c in a2)
+    a3 = parse_npu_smi(fake_npu_smi("a3", FAKE_NPU_SMI_HBM_USED_MB="1000"))
+    assert len(a3) == 16 and detect_soc(a3) == "a3"
+    assert [c.phy_id for c in a3] == list(range(16)) and [c.chip for c in a3[:4]] == [0, 1, 0, 1]
+    assert {c.hbm_free_mb for c in a3} == {65536 - 1000}
+    assert parse_npu_smi("") == []
+
+
+def test_ascend_rt_visible_devices_rules():
+    assert visible_ids(16, None) == list(range(16))
+    assert visible_ids(8, "0,2,5") == [0, 2, 5]
+    assert visible_ids(8, "3,1,4") == [3]  # must ascend: parsing stops
+    assert visible_ids(8, "1,x,2") == [1]  # stops at the first invalid ID
+    assert visible_ids(8, "9") == []  # out of range
+
+
+def test_parameter_count_and_estimate_scale(tiny_pipeline_dir):
+    from diffusers import CosmosTransformer3DModel
+
+    transformer = CosmosTransformer3DModel.from_pretrained(tiny_pipeline_dir / "transformer")
+    assert safetensors_param_count(tiny_pipeline_dir / "transformer") == sum(p.numel() for p in transformer.parameters())
+    cfg = load_config(TINY_YAML, [])
+    one, two = (estimate_training_memory(tiny_pipeline_dir, cfg, n) for n in (1, 2))
+    assert two.static_gib < one.static_gib and two.activation_gib == one.activation_gib
+    doubled = estimate_training_memory(tiny_pipeline_dir, load_config(TINY_YAML, ["datasets.vla_data.per_device_batch_size=8"]), 1)
+    single = estimate_training_memory(tiny_pipeline_dir, load_config(TINY_YAML, ["datasets.vla_data.per_device_batch_size=4"]), 1)
+    assert doubled.activation_gib == pytest.approx(2 * single.activation_gib)
+    # 5 frames -> 2 latent frames; 32x96 pixels -> 2x6 patches: 24 tokens per sample.
+    assert one.tokens_per_sample == 24

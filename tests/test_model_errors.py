@@ -1,0 +1,106 @@
+"""Bad input to the model gets a clear error that names the key or value and says how to fix it."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import pytest
+
+from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.model.framework import build_framework
+from DiT4DiT.model.modules.cosmos_backbone import FrameCountWarning
+from DiT4DiT.tools import tiny_cosmos
+
+DOWNLOAD = "huggingface-cli download nvidia/Cosmos-Predict2.5-2B --revision diffusers/base/post-trained --local-dir"
+
+
+def test_base_model_unset(tiny_model_cfg):
+    with pytest.raises(ConfigError, match="framework.cosmos25.base_model is not set.*huggingface-cli download"):
+        build_framework(tiny_model_cfg("framework.cosmos25.base_model=null"))
+
+
+def test_base_model_missing_folder(tiny_model_cfg, tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=f"no such folder; download it with `{DOWNLOAD} {missing}`"):
+        build_framework(tiny_model_cfg(f"framework.cosmos25.base_model={missing}"))
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("component", ["vae", "tokenizer", "text_encoder", "transformer", "scheduler"])
+def test_incomplete_pipeline_names_the_component(tiny_model_cfg, tiny_pipeline_dir, tmp_path, component):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_pipeline_dir, broken)
+    shutil.rmtree(broken / component)
+    with pytest.raises(ConfigError, match=f"incomplete: component '{component}'.*{DOWNLOAD}"):
+        build_framework(tiny_model_cfg(f"framework.cosmos25.base_model={broken}"))
+
+
+def test_folder_without_model_index(tiny_model_cfg, tiny_pipeline_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_pipeline_dir, broken)
+    (broken / "model_index.json").unlink()
+    with pytest.raises(ConfigError, match="model_index.json is missing"):
+        build_framework(tiny_model_cfg(f"framework.cosmos25.base_model={broken}"))
+
+
+def test_extract_layer_out_of_range(tiny_model_cfg):
+    with pytest.raises(ConfigError, match=r"extract_layer=4 is out of range.*4 blocks.*valid range is 0\.\.3"):
+        build_framework(tiny_model_cfg("framework.cosmos25.extract_layer=4"))
+
+
+def test_vl_hidden_dim_must_match_the_transformer(tiny_model_cfg):
+    with pytest.raises(ConfigError, match="vl_hidden_dim=2048 .* 32 wide; set vl_hidden_dim to 32"):
+        build_framework(tiny_model_cfg("framework.cosmos25.vl_hidden_dim=2048"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("framework.cosmos25.torch_dtype=float64", "torch_dtype='float64' is not supported"),
+        ("framework.cosmos25.training=both", "training='both' is not a mode"),
+        ("framework.cosmos25.future_loss_type=pixel_l1", "future_loss_type='pixel_l1' is not supported"),
+        ("framework.action_model.action_horizon=16", "action_horizon=16 must equal future_action_window_size"),
+        ("framework.action_model.diffusion_model_cfg.cross_attention_dim=64", "cross_attention_dim=64 must equal"),
+        ("framework.action_model.action_dim=7", "action_dim=7 must equal datasets.vla_data.max_action_dim=14"),
+        ("framework.action_model.diffusion_model_cfg.attention_head_dim=null", "set both or neither"),
+        ("framework.name=DiT5DiT", "framework.name='DiT5DiT' is not a registered framework; registered: DiT4DiT"),
+    ],
+)
+def test_bad_config_values(tiny_model_cfg, override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("+", r"\+")):
+        build_framework(tiny_model_cfg(override))
+
+
+def test_frame_size_must_be_a_multiple_of_16(tiny_model_cfg, tiny_examples):
+    cfg = tiny_model_cfg("datasets.vla_data.image_size=40")
+    model = build_framework(cfg)
+    with pytest.raises(ValueError, match=r"frame size 40x40 \(HxW\).*multiples of 16.*image_size"):
+        model(tiny_examples(cfg))
+
+
+def test_frame_count_disagreeing_with_config(tiny_model_cfg, tiny_examples):
+    cfg = tiny_model_cfg()
+    model = build_framework(cfg)
+    with pytest.raises(ValueError, match="samples carry 3 frames but the config gives 5"):
+        model(tiny_examples(cfg, frames=3))
+
+
+def test_wasted_frames_warn_once_with_the_fix(tiny_model_cfg):
+    with pytest.warns(FrameCountWarning, match="8 frames: .*frames 6-8 are dropped; use 5 or 9") as record:
+        build_framework(tiny_model_cfg("datasets.vla_data.video_delta_indices=[0,1,2,3,4,5,6,7]",
+                                       "datasets.vla_data.action_video_freq_ratio=1"))
+    assert len([w for w in record if issubclass(w.category, FrameCountWarning)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrameCountWarning)
+        build_framework(tiny_model_cfg())
+
+
+def test_tiny_cosmos_refuses_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "existing"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    assert tiny_cosmos.main(["--out", str(out)]) == 1
+    assert "exists and is not empty; pass --force" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["existing"]  # no staging folder left behind

@@ -1,0 +1,175 @@
+"""The NPU patch: it is current, applies to our tree, and the patched entry behaves with and without the
+Ascend stack. torch_npu and mx_driving are the test doubles in tests/fakes (we have no NPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "scripts" / "port_to_npu.py"
+PATCH = ROOT / "patches" / "dit4dit_npu.patch"
+FIXTURE = ROOT / "tests" / "fixtures" / "original_tree"
+FAKES = ROOT / "tests" / "fakes"
+TORCH_NPU, MX_V1, MX_V2 = FAKES / "torch_npu", FAKES / "mx_driving_v1", FAKES / "mx_driving_v2"
+TRAIN = "DiT4DiT/training/train.py"
+
+# Runs a script as __main__ and writes what the ported code did: the device types of the enabled autocasts,
+# the `fused` argument of every AdamW, whether transfer_to_npu was imported, and the fake patcher's calls.
+DRIVER = '''
+import collections, json, runpy, sys
+import torch
+
+report = {"autocast": collections.Counter(), "adamw_fused": []}
+
+
+class RecordingAutocast(torch.autocast):
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        if enabled:  # libraries enter disabled autocasts of their own (e.g. around rotary embeddings)
+            report["autocast"][device_type] += 1
+        super().__init__(device_type, dtype, enabled, cache_enabled)
+
+
+class RecordingAdamW(torch.optim.AdamW):
+    def __init__(self, *args, **kwargs):
+        report["adamw_fused"].append(kwargs.get("fused"))
+        super().__init__(*args, **kwargs)
+
+
+torch.autocast, torch.optim.AdamW = RecordingAutocast, RecordingAdamW
+out, script, *argv = sys.argv[1:]
+sys.argv = [script, *argv]
+try:
+    runpy.run_path(script, run_name="__main__")
+    report["exit"] = 0
+except SystemExit as stop:
+    report["exit"] = stop.code
+finally:
+    report["transfer_to_npu"] = "torch_npu.contrib.transfer_to_npu" in sys.modules
+    patcher = sys.modules.get("mx_driving.patcher")
+    report["patcher_calls"] = None if patcher is None else patcher.CALLS
+    with open(out, "w") as handle:
+        json.dump(report, handle)
+'''
+
+
+def run_patched(tmp_path: Path, tree: Path, fakes: list[Path], *args: str, env: dict | None = None):
+    driver, report = tmp_path / "driver.py", tmp_path / "report.json"
+    driver.write_text(DRIVER)
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DIT4DIT_", "PYTHON", "DS_"))},
+        "PYTHONPATH": os.pathsep.join(map(str, [*fakes, tree])),
+        "DS_ACCELERATOR": "cpu",  # DeepSpeed picks its NPU accelerator whenever `import torch_npu` works
+        "WANDB_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        **(env or {}),
+    }
+    result = subprocess.run(
+        [sys.executable, "-W", "default", str(driver), str(report), str(tree / TRAIN), *args],
+        capture_output=True, text=True, cwd=tree, env=environment, timeout=600,
+    )
+    assert report.exists(), result.stderr
+    return json.loads(report.read_text()), result
+
+
+@pytest.fixture
+def ported_fixture(tmp_path) -> Path:
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE, tree)
+    subprocess.run([sys.executable, str(TOOL), str(tree)], check=True, capture_output=True)
+    return tree
+
+
+def test_checked_in_patch_is_current():
+    result = subprocess.run([sys.executable, str(TOOL), str(ROOT), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_patch_touches_only_the_two_device_files():
+    files = [line.split(" b/")[-1] for line in PATCH.read_text().splitlines() if line.startswith("diff --git ")]
+    assert files == [TRAIN, "DiT4DiT/model/framework/DiT4DiT.py"]
+
+
+@pytest.mark.parametrize("fake, calls", [
+    (MX_V2, ["Patcher()", "Patcher.apply()"]),
+    (MX_V1, ["PatcherBuilder.build", "enter", "apply()", "exit"]),
+])
+def test_fixture_entry_with_torch_npu_and_either_patcher_api(tmp_path, ported_fixture, fake, calls):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "3")
+    assert report["exit"] == 0, result.stderr
+    assert report["transfer_to_npu"]
+    assert report["autocast"] == {"npu": 3 * 3 + 2}  # train step + 2 in forward per step, 2 in predict_action
+    assert report["adamw_fused"] == [True]
+    assert report["patcher_calls"] == calls  # one empty patcher, entered (and, with 1.0, exited) once
+    assert "RuntimeWarning" not in result.stderr
+
+
+def test_patcher_is_exited_when_training_fails(tmp_path, ported_fixture):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V1], "--steps", "not-a-number")
+    assert report["exit"] == 2 and "invalid int value" in result.stderr
+    assert report["patcher_calls"] == ["PatcherBuilder.build", "enter", "apply()", "exit(SystemExit)"]
+
+
+def test_environment_variable_turns_the_patcher_off(tmp_path, ported_fixture):
+    report, result = run_patched(
+        tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2", env={"DIT4DIT_DISABLE_MX_PATCHER": "1"}
+    )
+    assert report["exit"] == 0 and report["patcher_calls"] is None
+    assert result.stderr.count("RuntimeWarning: DIT4DIT_DISABLE_MX_PATCHER=1: training without the mx_driving patcher") == 1
+
+
+def test_torch_npu_without_mx_driving_warns_and_trains(tmp_path, ported_fixture):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2")
+    assert report["exit"] == 0 and report["autocast"] == {"npu": 2 * 3 + 2}
+    assert report["patcher_calls"] is None
+    assert result.stderr.count("RuntimeWarning: mx_driving is not importable (No module named 'mx_driving')") == 1
+
+
+def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
+    """Our own train.py and DiT4DiT.py, patched with the checked-in patch, train two steps with the fakes."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "DiT4DiT", tree / "DiT4DiT", ignore=shutil.ignore_patterns("__pycache__"))
+    applied = subprocess.run(["git", "apply", str(PATCH)], cwd=tree, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    report, result = run_patched(
+        tmp_path, tree, [TORCH_NPU, MX_V2],
+        "--config_yaml", "DiT4DiT/config/tiny/dit4dit_tiny.yaml",
+        f"--framework.cosmos25.base_model={tiny_pipeline_dir}",
+        f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}",
+        f"--run_root_dir={tmp_path / 'runs'}", "--run_id=fakes",
+        "--trainer.max_train_steps=2", "--trainer.save_interval=2", "--trainer.num_warmup_steps=1",
+        "--trainer.logging_frequency=1", "--trainer.eval_interval=2",
+    )
+    assert report["exit"] == 0, result.stderr[-3000:]
+    assert report["transfer_to_npu"]
+    assert set(report["autocast"]) == {"npu"} and report["autocast"]["npu"] >= 2 * 3
+    assert report["adamw_fused"] == [True]
+    assert report["patcher_calls"] == ["Patcher()", "Patcher.apply()"]
+    assert "torch_npu is not importable" not in result.stderr
+    records = [json.loads(line) for line in (tmp_path / "runs" / "fakes" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "total_loss" in r] == [1, 2]
+
+
+def test_ci_script_explains_a_patch_that_no_longer_applies(tmp_path):
+    """scripts/ci_patched_smoke.sh on a HEAD whose train.py changed under a hunk: names the hunk, says how to fix."""
+    repo = tmp_path / "repo"
+    for part in ("DiT4DiT", "scripts", "patches"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    train = repo / TRAIN
+    train.write_text(train.read_text().replace("import torch.distributed as dist\n", "import torch.distributed as tdist\n"))
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    result = subprocess.run(
+        ["bash", str(repo / "scripts" / "ci_patched_smoke.sh")], capture_output=True, text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert result.returncode == 1
+    assert f"error: patch failed: {TRAIN}:" in result.stderr
+    assert "regenerate it from the unpatched tree with: python scripts/port_to_npu.py . --emit-patch patches/dit4dit_npu.patch" in result.stderr
+    assert "smoke run" not in result.stdout
