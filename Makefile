@@ -20,7 +20,7 @@ $(TINY_MODEL)/model_index.json: | venv
 	$(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL)
 
 $(TINY_DATA)/.complete: | venv
-	$(PY) -m DiT4DiT.tools.tiny_robotwin --out $(TINY_DATA)
+	$(PY) -m DiT4DiT.tools.tiny_robotwin --out $(TINY_DATA) --overwrite
 	touch $@
 
 tiny-assets: $(TINY_MODEL)/model_index.json $(TINY_DATA)/.complete

@@ -83,21 +83,22 @@ PATCHER_HELPER = '''
 def _mx_driving_patcher():
     """Run the body inside the mx_driving patcher when it is installed (patcher API 1.0 or 2.0).
 
-    The patch list is empty on purpose: default_patcher's global torch.matmul and
-    Tensor.__getitem__ patches only add per-call overhead to a DiT, and TransformersNPU targets
-    Qwen3 modules that this model does not have. Set DIT4DIT_DISABLE_MX_PATCHER=1 to skip it.
+    The patch list is empty on purpose: the default patchers (default_patcher, 1.0's
+    default_patcher_builder) target mmcv/mmdet and patch torch.matmul and Tensor.__getitem__
+    globally, which only adds per-call overhead to a DiT; TransformersNPU targets Qwen3 modules
+    this model does not have. Set DIT4DIT_DISABLE_MX_PATCHER=1 to skip the patcher.
     """
+    patcher = None
     if os.environ.get("DIT4DIT_DISABLE_MX_PATCHER") == "1":
         warnings.warn("DIT4DIT_DISABLE_MX_PATCHER=1: training without the mx_driving patcher", RuntimeWarning)
+    else:
+        try:
+            from mx_driving import patcher
+        except ImportError as error:
+            warnings.warn(f"mx_driving is not importable ({error}); training without its patcher", RuntimeWarning)
+    if patcher is None:
         yield
-        return
-    try:
-        from mx_driving import patcher
-    except ImportError as error:
-        warnings.warn(f"mx_driving is not importable ({error}); training without its patcher", RuntimeWarning)
-        yield
-        return
-    if hasattr(patcher.Patcher, "add"):  # API 2.0: apply() patches for the process; there is no exit
+    elif hasattr(patcher.Patcher, "add"):  # API 2.0: apply() patches for the process; there is no exit
         patcher.Patcher().apply()
         yield
     else:  # API 1.0: the built patcher is a context manager
@@ -212,10 +213,6 @@ def _is_main_guard(stmt: ast.stmt) -> bool:
     )
 
 
-def _defined_functions(tree: ast.Module) -> set[str]:
-    return {stmt.name for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
-
-
 def _helpers_for(rel: str) -> str:
     return AUTOCAST_HELPERS + (PATCHER_HELPER if rel == TRAIN else "")
 
@@ -243,11 +240,8 @@ def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> li
         (i for i, stmt in enumerate(body) if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))),
         len(body),
     )
-    last_import = max(
-        (i for i, stmt in enumerate(body[:first_def]) if isinstance(stmt, (ast.Import, ast.ImportFrom))),
-        default=body.index(anchor),
-    )
-    last_import = max(last_import, body.index(anchor))
+    imports = [i for i, stmt in enumerate(body[:first_def]) if isinstance(stmt, (ast.Import, ast.ImportFrom))]
+    last_import = max([body.index(anchor), *imports])
     guarded_at = text.line_end(anchor.end_lineno)
     helpers_at = text.line_end(body[last_import].end_lineno)
     result.changes.append(f"{rel}:{anchor.end_lineno}: guarded torch_npu / transfer_to_npu import")

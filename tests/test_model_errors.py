@@ -50,8 +50,15 @@ def test_extract_layer_out_of_range(tiny_model_cfg):
 
 
 def test_vl_hidden_dim_must_match_the_transformer(tiny_model_cfg):
-    with pytest.raises(ConfigError, match="vl_hidden_dim=2048 .* 32 wide; set vl_hidden_dim to 32"):
+    with pytest.raises(ConfigError, match="cross_attention_dim=32 must equal the backbone feature width 2048"):
         build_framework(tiny_model_cfg("framework.cosmos25.vl_hidden_dim=2048"))
+    with pytest.raises(ConfigError, match="vl_hidden_dim=2048 .* 32 wide; set vl_hidden_dim to 32"):
+        build_framework(
+            tiny_model_cfg(
+                "framework.cosmos25.vl_hidden_dim=2048",
+                "framework.action_model.diffusion_model_cfg.cross_attention_dim=2048",
+            )
+        )
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import torch
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
+from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG
 
 
 def linear(fan_in: int, fan_out: int, bias: bool = True) -> int:
@@ -97,19 +98,11 @@ def test_dit_b_head_names_and_shapes_match_the_original(dit_b_head):
     assert set(shapes) == expected_keys
 
 
-COSMOS_2B = dict(
-    in_channels=17, out_channels=16, num_attention_heads=16, attention_head_dim=128, num_layers=28, mlp_ratio=4.0,
-    text_embed_dim=1024, adaln_lora_dim=256, max_size=(128, 240, 240), patch_size=(1, 2, 2),
-    rope_scale=(1.0, 3.0, 3.0), concat_padding_mask=True, extra_pos_embed_type=None, use_crossattn_projection=True,
-    crossattn_proj_in_channels=100352, encoder_hidden_states_channels=1024,
-)
-
-
 def test_cosmos_2b_transformer_parameter_count():
     from diffusers import CosmosTransformer3DModel
 
     with torch.device("meta"):
-        transformer = CosmosTransformer3DModel(**COSMOS_2B)
+        transformer = CosmosTransformer3DModel(**COSMOS_2B_TRANSFORMER_CONFIG)
     width, lora, text = 2048, 256, 1024
     patch_embed = linear(18 * 4, width, bias=False)  # 16 latent + condition mask + padding mask, 1x2x2 patches
     time_embed = linear(width, width, False) + linear(width, 3 * width, False) + width  # + RMSNorm weight

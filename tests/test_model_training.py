@@ -91,7 +91,9 @@ def test_joint_mode_with_one_frame_has_no_video_loss(tiny_model_cfg, tiny_exampl
 
 def test_video_mode_needs_future_frames(tiny_model_cfg):
     with pytest.raises(ConfigError, match="training=video needs at least 5 frames"):
-        build_framework(tiny_model_cfg("framework.cosmos25.training=video", "datasets.vla_data.video_delta_indices=[0]"))
+        build_framework(
+            tiny_model_cfg("framework.cosmos25.training=video", "datasets.vla_data.video_delta_indices=[0]")
+        )
 
 
 def test_predict_action_shape(tiny_model_cfg, tiny_examples):
@@ -157,3 +159,16 @@ def test_two_hundred_steps_halve_the_action_loss(tiny_model_cfg, tiny_examples):
         optimizer.step()
     after = evaluation_loss()
     assert after <= 0.5 * before, (before, after)
+
+
+def test_bf16_backbone_feeds_an_fp32_head_without_autocast(tiny_model_cfg, tiny_examples):
+    """On a host where autocast("cuda") disables itself, explicit casts keep a bf16 backbone and fp32 head working."""
+    cfg = tiny_model_cfg("framework.cosmos25.torch_dtype=bfloat16")
+    model = build_framework(cfg)
+    freeze_modules(model, FROZEN)
+    assert model.backbone_interface.extractor.transformer.dtype == torch.bfloat16
+    assert model.action_model.dtype == torch.float32
+    losses = model(tiny_examples(cfg))
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in losses.values())
+    sum(losses.values()).backward()
+    assert model.predict_action(tiny_examples(cfg))["normalized_actions"].dtype == np.float32

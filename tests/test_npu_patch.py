@@ -131,6 +131,12 @@ def test_torch_npu_without_mx_driving_warns_and_trains(tmp_path, ported_fixture)
     assert result.stderr.count("RuntimeWarning: mx_driving is not importable (No module named 'mx_driving')") == 1
 
 
+def test_training_error_is_not_chained_to_the_missing_mx_driving(tmp_path, ported_fixture):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2", "--lr", "-1")
+    assert "ValueError: Invalid learning rate: -1.0" in result.stderr
+    assert "During handling of the above exception" not in result.stderr
+
+
 def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
     """Our own train.py and DiT4DiT.py, patched with the checked-in patch, train two steps with the fakes."""
     tree = tmp_path / "tree"

@@ -21,6 +21,8 @@ def build_param_groups(model: nn.Module, learning_rate: DictConfig) -> list[dict
     for name, lr in learning_rate.items():
         if name == "base":
             continue
+        if _absent_by_design(model, name):
+            continue
         try:
             module = model.get_submodule(name)
         except AttributeError:
@@ -38,6 +40,18 @@ def build_param_groups(model: nn.Module, learning_rate: DictConfig) -> list[dict
     if not groups:
         raise ConfigError("trainer.freeze_modules froze every parameter: nothing is left to train")
     return groups
+
+
+def _absent_by_design(model: nn.Module, path: str) -> bool:
+    """A module slot the model leaves empty (e.g. `action_model` in video-only training)."""
+    node = model
+    for part in path.split("."):
+        if not hasattr(node, part):
+            return False
+        node = getattr(node, part)
+        if node is None:
+            return True
+    return False
 
 
 def build_lr_scheduler(optimizer: Optimizer, trainer_cfg: DictConfig) -> LambdaLR:

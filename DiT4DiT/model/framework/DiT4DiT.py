@@ -22,7 +22,9 @@ from DiT4DiT.model.modules.weights import load_trained_weights
 
 def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
     if key not in examples[0]:
-        raise ValueError(f"examples lack '{key}'; the data loader's example dicts carry image, lang, action, state, action_mask")
+        raise ValueError(
+            f"examples lack '{key}'; the data loader's example dicts carry image, lang, action, state, action_mask"
+        )
     return torch.as_tensor(np.stack([np.asarray(example[key]) for example in examples]))
 
 
@@ -32,15 +34,22 @@ class DiT4DiT(nn.Module):
         super().__init__()
         self.config = config
         self.norm_stats = None
-        self.backbone_interface = CosmosBackboneInterface(config)
-        self.training_mode = self.backbone_interface.training_mode
         self.repeated_diffusion_steps = int(config.trainer.repeated_diffusion_steps)
         action_cfg = config.framework.action_model
         self.chunk_len = int(action_cfg.future_action_window_size) + 1
-        if self.training_mode == "video":
-            self.action_model = None
-            return
-        vla = config.datasets.vla_data
+        # The head is built first so that its config errors come before the backbone's weights load; the
+        # backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
+        head = None
+        if str(config.framework.cosmos25.training).lower() != "video":
+            self._check_action_dims(config)
+            head = build_action_head(action_cfg, int(config.framework.cosmos25.vl_hidden_dim))
+        self.backbone_interface = CosmosBackboneInterface(config)
+        self.training_mode = self.backbone_interface.training_mode
+        self.action_model = head
+
+    @staticmethod
+    def _check_action_dims(config) -> None:
+        action_cfg, vla = config.framework.action_model, config.datasets.vla_data
         if int(action_cfg.action_dim) != int(vla.max_action_dim):
             raise ConfigError(
                 f"framework.action_model.action_dim={action_cfg.action_dim} must equal "
@@ -51,7 +60,6 @@ class DiT4DiT(nn.Module):
                 f"framework.action_model.state_dim={action_cfg.state_dim} must equal "
                 f"datasets.vla_data.max_state_dim={vla.max_state_dim} (or 0 for no state)"
             )
-        self.action_model = build_action_head(action_cfg, self.backbone_interface.hidden_size)
 
     def cache_prompts(self, instructions) -> None:
         """Encode every instruction once, up front, so training never runs the text encoder again."""
@@ -98,7 +106,9 @@ class DiT4DiT(nn.Module):
         if backbone.future_video_loss is not None:
             losses["future_video_loss"] = backbone.future_video_loss
         if not losses:
-            raise ValueError("framework.cosmos25.training=video needs future frames, but the examples carry one frame each")
+            raise ValueError(
+                "framework.cosmos25.training=video needs future frames, but the examples carry one frame each"
+            )
         return losses
 
     @torch.inference_mode()
@@ -164,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from DiT4DiT.config.schema import normalize_cli_overrides
+    from DiT4DiT.model.freezing import freeze_modules
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--config_yaml", required=True)
@@ -171,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(args.config_yaml, normalize_cli_overrides(overrides))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = DiT4DiT(config).to(device)
+    freeze_modules(model, config.trainer.freeze_modules)
     examples = _synthetic_examples(config, batch=2)
     losses = model(examples)
     print({name: round(float(value), 4) for name, value in losses.items()})

@@ -15,7 +15,8 @@ def register_framework(name: str) -> Callable[[type], type]:
     def register(cls: type) -> type:
         # The same class may register twice (a module run as __main__ and imported); another class may not.
         if name in FRAMEWORK_REGISTRY and FRAMEWORK_REGISTRY[name].__qualname__ != cls.__qualname__:
-            raise ValueError(f"framework name {name!r} is already registered by {FRAMEWORK_REGISTRY[name].__qualname__}")
+            existing = FRAMEWORK_REGISTRY[name].__qualname__
+            raise ValueError(f"framework name {name!r} is already registered by {existing}")
         FRAMEWORK_REGISTRY[name] = cls
         return cls
 
@@ -33,6 +34,7 @@ def build_framework(cfg):
     name = cfg.framework.name
     if name not in FRAMEWORK_REGISTRY:
         raise ConfigError(
-            f"framework.name={name!r} is not a registered framework; registered: {', '.join(sorted(FRAMEWORK_REGISTRY))}"
+            f"framework.name={name!r} is not a registered framework; "
+            f"registered: {', '.join(sorted(FRAMEWORK_REGISTRY))}"
         )
     return FRAMEWORK_REGISTRY[name](cfg)

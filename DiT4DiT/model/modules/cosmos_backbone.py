@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
+from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.prompt_cache import PromptEmbeddingCache, encode_prompts
 
 TRAINING_MODES = ("joint", "action", "video")
@@ -119,12 +119,6 @@ class CosmosFeatureExtractor(nn.Module):
         self.temporal_factor = components.vae_scale_factor_temporal
         self.spatial_factor = components.vae_scale_factor_spatial
 
-        num_blocks = len(self.transformer.transformer_blocks)
-        if not 0 <= extract_layer < num_blocks:
-            raise ConfigError(
-                f"framework.cosmos25.extract_layer={extract_layer} is out of range: the transformer has "
-                f"{num_blocks} blocks, so the valid range is 0..{num_blocks - 1}"
-            )
         self.extract_layer = extract_layer
         self.max_sequence_length = max_sequence_length
         self.conditional_frame_timestep = conditional_frame_timestep
@@ -296,12 +290,36 @@ class CosmosBackboneInterface(nn.Module):
                 f"framework.cosmos25.flow_matching.time_distribution={fm.time_distribution!r}; use one of "
                 f"{', '.join(TIME_DISTRIBUTIONS)}"
             )
+        # Everything checkable from the folder's configs is checked before the (large) weights load.
+        shape = read_pipeline_shape(cosmos.base_model)
+        extract_layer = int(cosmos.extract_layer)
+        if not 0 <= extract_layer < shape.num_blocks:
+            raise ConfigError(
+                f"framework.cosmos25.extract_layer={extract_layer} is out of range: the transformer has "
+                f"{shape.num_blocks} blocks, so the valid range is 0..{shape.num_blocks - 1}"
+            )
+        if int(cosmos.vl_hidden_dim) != shape.hidden_size:
+            raise ConfigError(
+                f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
+                f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}"
+            )
+        vla = cfg.datasets.vla_data
+        self.num_frames_out = num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio)
+        if self.training_mode == "video" and latent_frame_count(self.num_frames_out, shape.temporal_factor) < 2:
+            raise ConfigError(
+                f"framework.cosmos25.training=video needs at least {1 + shape.temporal_factor} frames per sample, "
+                f"but datasets.vla_data.video_delta_indices / action_video_freq_ratio give {self.num_frames_out}"
+            )
+        message = wasted_frames_message(self.num_frames_out, shape.temporal_factor)
+        if message is not None:
+            warnings.warn(message, FrameCountWarning, stacklevel=2)
+
         components = load_cosmos_components(
             cosmos.base_model, cosmos.torch_dtype, cosmos.attn_implementation, cosmos.local_files_only
         )
         self.extractor = CosmosFeatureExtractor(
             components,
-            extract_layer=int(cosmos.extract_layer),
+            extract_layer=extract_layer,
             max_sequence_length=int(cosmos.max_sequence_length),
             conditional_frame_timestep=float(cosmos.conditional_frame_timestep),
             time_distribution=fm.time_distribution,
@@ -309,26 +327,6 @@ class CosmosBackboneInterface(nn.Module):
             high_sigma_min=float(fm.high_sigma_min),
             use_prompt_cache=bool(cosmos.prompt_cache),
         )
-        if int(cosmos.vl_hidden_dim) != self.extractor.hidden_size:
-            raise ConfigError(
-                f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
-                f"is {self.extractor.hidden_size} wide; set vl_hidden_dim to {self.extractor.hidden_size}"
-            )
-        vla = cfg.datasets.vla_data
-        self.num_frames_out = num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio)
-        temporal = self.extractor.temporal_factor
-        if self.training_mode == "video" and latent_frame_count(self.num_frames_out, temporal) < 2:
-            raise ConfigError(
-                f"framework.cosmos25.training=video needs at least {1 + temporal} frames per sample, but "
-                f"datasets.vla_data.video_delta_indices / action_video_freq_ratio give {self.num_frames_out}"
-            )
-        message = wasted_frames_message(self.num_frames_out, temporal)
-        if message is not None:
-            warnings.warn(message, FrameCountWarning, stacklevel=2)
-
-    @property
-    def hidden_size(self) -> int:
-        return self.extractor.hidden_size
 
     def _stack_frames(self, images: list, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         samples = []
@@ -349,7 +347,9 @@ class CosmosBackboneInterface(nn.Module):
             )
         return video[:, 0], (video[:, 1:] if num_frames > 1 else None)
 
-    def forward(self, images: list, instructions: list[str], want_features: bool, want_video_loss: bool) -> BackboneOutput:
+    def forward(
+        self, images: list, instructions: list[str], want_features: bool, want_video_loss: bool
+    ) -> BackboneOutput:
         """images[b] = frames of sample b (frame 0 conditions); instructions[b] = its language instruction."""
         device = next(self.extractor.transformer.parameters()).device
         cond_frames, future_frames = self._stack_frames(images, device)

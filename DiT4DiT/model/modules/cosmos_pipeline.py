@@ -19,6 +19,26 @@ from DiT4DiT.config.schema import ConfigError
 HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
 HUB_REVISION = "diffusers/base/post-trained"
 
+# transformer/config.json of the 2B snapshot (diffusers' Cosmos-2.5-Predict-Base-2B conversion): 2048 wide, 28 blocks.
+COSMOS_2B_TRANSFORMER_CONFIG = dict(
+    in_channels=17,  # 16 latent channels + the condition mask
+    out_channels=16,
+    num_attention_heads=16,
+    attention_head_dim=128,
+    num_layers=28,
+    mlp_ratio=4.0,
+    text_embed_dim=1024,
+    adaln_lora_dim=256,
+    max_size=(128, 240, 240),
+    patch_size=(1, 2, 2),
+    rope_scale=(1.0, 3.0, 3.0),
+    concat_padding_mask=True,
+    extra_pos_embed_type=None,
+    use_crossattn_projection=True,
+    crossattn_proj_in_channels=100352,  # 28 text-encoder layers x 3584
+    encoder_hidden_states_channels=1024,
+)
+
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 # Component subfolder -> a file that must be in it (weights may be sharded, so only configs are required).
@@ -100,6 +120,26 @@ def check_pipeline_folder(folder: str | Path | None) -> Path:
             f"Cosmos2_5_PredictBasePipeline; download the right one with `{download_hint(path)}`"
         )
     return path
+
+
+@dataclass(frozen=True)
+class PipelineShape:
+    """What the configs of a pipeline folder say about its sizes, read without loading any weights."""
+
+    hidden_size: int  # transformer width = width of the features the action head attends to
+    num_blocks: int  # transformer blocks, the range of framework.cosmos25.extract_layer
+    temporal_factor: int  # the VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames
+
+
+def read_pipeline_shape(folder: str | Path | None) -> PipelineShape:
+    path = check_pipeline_folder(folder)
+    transformer = json.loads((path / "transformer" / "config.json").read_text())
+    vae = json.loads((path / "vae" / "config.json").read_text())
+    return PipelineShape(
+        hidden_size=transformer["num_attention_heads"] * transformer["attention_head_dim"],
+        num_blocks=transformer["num_layers"],
+        temporal_factor=2 ** sum(vae.get("temperal_downsample", [False, True, True])),
+    )
 
 
 def load_cosmos_components(

@@ -113,7 +113,9 @@ class FlowmatchingActionHead(nn.Module):
         if self.state_encoder is None:
             return None
         if state is None:
-            raise ValueError("the action head was built with a state encoder (action_model.state_dim > 0); pass 'state'")
+            raise ValueError(
+                "the action head was built with a state encoder (framework.action_model.state_dim > 0); pass 'state'"
+            )
         return self.state_encoder(state)
 
     def _velocity(self, noisy_actions, buckets, vl_embs, state_tokens) -> torch.Tensor:
@@ -173,7 +175,7 @@ def build_action_head(action_cfg, feature_dim: int) -> FlowmatchingActionHead:
         (
             int(dit_cfg.cross_attention_dim) == feature_dim,
             f"framework.action_model.diffusion_model_cfg.cross_attention_dim={dit_cfg.cross_attention_dim} must equal "
-            f"the backbone feature width {feature_dim}",
+            f"the backbone feature width {feature_dim} (framework.cosmos25.vl_hidden_dim)",
         ),
         (
             int(dit_cfg.output_dim) == int(action_cfg.hidden_size),
@@ -199,7 +201,8 @@ def build_action_head(action_cfg, feature_dim: int) -> FlowmatchingActionHead:
         ),
         (
             chunk_len <= int(action_cfg.max_seq_len) or not action_cfg.add_pos_embed,
-            f"framework.action_model.max_seq_len={action_cfg.max_seq_len} is shorter than the action chunk ({chunk_len})",
+            f"framework.action_model.max_seq_len={action_cfg.max_seq_len} is shorter than the action chunk "
+            f"({chunk_len})",
         ),
     ]
     for ok, message in checks:

@@ -1,0 +1,162 @@
+"""The trainer end to end: real `accelerate launch` subprocesses on the tiny pipeline and tiny RoboTwin data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+FROZEN = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
+
+
+def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *overrides: str, processes: int = 1) -> list[str]:
+    return [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes),
+        "DiT4DiT/training/train.py", "--config_yaml", TINY_CONFIG,
+        f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={data}",
+        f"--run_root_dir={run_root}", f"--run_id={run_id}", "--trackers=[jsonl]",
+        "--datasets.vla_data.num_workers=0", *overrides,
+    ]
+
+
+def environment(processes: int = 1) -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // processes)))
+
+
+def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        trainer_command(pipeline, data, run_root, run_id, *overrides, processes=processes),
+        cwd=ROOT, env=environment(processes), capture_output=True, text=True, timeout=900,
+    )
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def hundred_steps(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_factory):
+    run_root = tmp_path_factory.mktemp("runs")
+    result = train(tiny_pipeline_dir, tiny_robotwin_root, run_root, "smoke", "--trainer.max_train_steps=100",
+                   "--trainer.save_interval=50", "--trainer.logging_frequency=1", "--trainer.eval_interval=50")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_root / "smoke"
+
+
+def test_loss_falls_over_a_hundred_steps(hundred_steps):
+    losses = [r["total_loss"] for r in metrics(hundred_steps) if "total_loss" in r]
+    assert len(losses) == 100
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    assert last < first, (first, last)
+
+
+def test_run_directory_holds_the_originals_files(hundred_steps):
+    for name in ("config.yaml", "dataset_statistics.json", "summary.jsonl", "metrics.jsonl",
+                 "checkpoints/steps_50_pytorch_model.pt", "checkpoints/steps_100_pytorch_model.pt",
+                 "checkpoints/steps_100_training_state/trainer_state.json", "final_model/pytorch_model.pt"):
+        assert (hundred_steps / name).is_file(), name
+    assert [json.loads(line) for line in (hundred_steps / "summary.jsonl").read_text().splitlines()] == [
+        {"steps": 50}, {"steps": 100}]
+    stats = json.loads((hundred_steps / "dataset_statistics.json").read_text())
+    (tag,) = stats
+    assert {"action", "state", "num_transitions", "num_trajectories"} <= set(stats[tag])
+    assert {"min", "max", "mean", "std", "q01", "q99", "mask"} <= set(stats[tag]["action"])
+    from DiT4DiT.config.schema import load_config
+
+    saved = load_config(hundred_steps / "config.yaml")  # the resolved config loads back through the schema
+    assert saved.trainer.max_train_steps == 100 and saved.output_dir == str(hundred_steps)
+
+
+def test_metrics_report_losses_rates_and_throughput(hundred_steps):
+    records = metrics(hundred_steps)
+    step_record = next(r for r in records if "total_loss" in r)
+    for key in ("action_loss", "future_video_loss", "grad_norm", "learning_rate/action_model",
+                "learning_rate/backbone_interface", "data_time", "model_time", "samples_per_s", "host_peak_rss_mb"):
+        assert key in step_record, key
+    evals = [r for r in records if "eval_action_mse" in r]
+    assert [r["step"] for r in evals] == [50, 100]
+    assert all(r["eval_action_mse"] >= 0 for r in evals)
+
+
+def test_loss_curve_png_is_written(hundred_steps):
+    assert (hundred_steps / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_checkpoints_leave_out_frozen_modules(hundred_steps):
+    weights = torch.load(hundred_steps / "final_model/pytorch_model.pt", weights_only=True)
+    assert not [k for k in weights if k.startswith(FROZEN)]
+    assert any(k.startswith("action_model.") for k in weights)
+    assert any(k.startswith("backbone_interface.extractor.transformer.") for k in weights)
+
+
+def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    common = ("--trainer.max_train_steps=20", "--trainer.save_interval=10", "--trainer.eval_interval=5",
+              "--trainer.logging_frequency=5")
+    straight = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "straight", *common)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    killed_dir = tmp_path / "killed"
+    process = subprocess.Popen(
+        trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *common),
+        cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    marker = killed_dir / "checkpoints/steps_10_training_state/trainer_state.json"
+    deadline = time.monotonic() + 600
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert marker.exists()
+    assert not (killed_dir / "final_model").exists(), "the run finished before the kill; nothing was interrupted"
+
+    resumed = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *common, "--trainer.is_resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr
+    a = torch.load(tmp_path / "straight/final_model/pytorch_model.pt", weights_only=True)
+    b = torch.load(killed_dir / "final_model/pytorch_model.pt", weights_only=True)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    losses = lambda run: [(r["step"], r["total_loss"]) for r in metrics(tmp_path / run) if "total_loss" in r]
+    assert losses("straight") == losses("killed")
+
+
+def test_two_processes_train_and_hold_equal_weights(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    result = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "ddp", "--trainer.max_train_steps=6",
+                   "--trainer.save_interval=3", "--trainer.logging_frequency=3", processes=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (checks,) = [r["replica_weight_checksums"] for r in metrics(tmp_path / "ddp") if "replica_weight_checksums" in r]
+    assert len(checks) == 2 and checks[0] == checks[1]
+    assert (tmp_path / "ddp/checkpoints/steps_6_training_state/rng_rank1.pt").is_file()
+    assert (tmp_path / "ddp/final_model/pytorch_model.pt").is_file()
+
+
+def test_non_finite_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    first = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=4",
+                  "--trainer.save_interval=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    # Continue the run with a loss that overflows: the guard must stop at step 5 and touch no checkpoint.
+    before = (tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt").read_bytes()
+    second = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=8",
+                   "--trainer.save_interval=2", "--trainer.is_resume=true", "--trainer.loss_scale.future_video=inf")
+    assert second.returncode != 0
+    assert "non-finite loss at optimizer step 5, micro-batch 0 (epoch" in second.stderr
+    assert (tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt").read_bytes() == before
+    assert not (tmp_path / "nan/checkpoints/steps_6_pytorch_model.pt").exists()
+    torch.load(tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt", weights_only=True)
+
+
+def test_a_config_error_through_accelerate_launch_exits_non_zero(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    result = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "typo", "--trainer.max_train_step=3")
+    assert result.returncode != 0
+    assert "unknown config key 'trainer.max_train_step'. Did you mean 'trainer.max_train_steps'?" in result.stderr
+    assert not (tmp_path / "typo").exists()
