@@ -101,3 +101,20 @@ def test_a_warm_up_longer_than_the_run_is_a_warning_not_an_error(tmp_path):
     warnings = validate_training_config(_valid(tmp_path, "trainer.max_train_steps=100", "trainer.save_interval=100"))
     assert warnings == ["trainer.num_warmup_steps (5000) exceeds trainer.max_train_steps (100): "
                         "the learning rate never reaches its peak in this run"]
+
+
+def test_values_take_the_type_of_their_default():
+    cfg = load_config(ROBOTWIN, ["trainer.loss_scale.future_video=inf", "trainer.learning_rate.base=1e-4",
+                                 "trainer.max_train_steps=10.0"])
+    assert cfg.trainer.loss_scale.future_video == float("inf")
+    assert cfg.trainer.learning_rate.base == 1e-4 and isinstance(cfg.trainer.max_train_steps, int)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_train_steps=ten", "trainer.max_train_steps: expected a number, got 'ten'"),
+    ("trainer.max_train_steps=2.5", "trainer.max_train_steps: expected an integer"),
+    ("trainer.is_resume=maybe", "trainer.is_resume: expected true or false"),
+])
+def test_values_of_the_wrong_type_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(ROBOTWIN, [override])

@@ -99,11 +99,20 @@ def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, device
     for item in ("--config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml", "--trainer.max_train_steps=100",
                  "--datasets.vla_data.per_device_batch_size=1", "--datasets.vla_data.data_mix=robotwin_task1",
                  "--framework.name=DiT4DiT", "--datasets.vla_data.action_video_freq_ratio=2",
-                 "--trainer.save_interval 50"):
+                 "--trainer.save_interval=50"):
         assert item in command
     # torch_npu is never installed here, so that is the one thing preflight can still report.
     assert result.returncode == 2
     assert "preflight: 1 problem(s)" in result.stderr and "torch_npu is not installed" in result.stderr
+
+
+def test_a_short_npu_run_saves_at_its_end_by_default(npu_ready):
+    # The robotwin config saves every 10000 steps; a 100-step run must not be refused for that.
+    args, env = npu_ready
+    command = launch("--dry-run", "--max_train_steps=100", *args, layout="a2", env=env).stdout
+    assert "--trainer.save_interval=100 " in command + " "
+    command = launch("--dry-run", "--max_train_steps=50000", *args, layout="a2", env=env).stdout
+    assert "--trainer.save_interval=10000 " in command + " "
 
 
 def test_zero_copy_follows_the_soc_override(npu_ready):

@@ -127,6 +127,20 @@ def test_prompt_cache_encodes_each_instruction_once(tiny_model_cfg, tiny_example
     assert len(calls) == 1
 
 
+def test_cached_embeddings_move_once_to_the_device_that_uses_them(tiny_model_cfg, tiny_examples):
+    """Copying 98 MiB per instruction from host memory each step would cost more than re-encoding."""
+    model = build_framework(tiny_model_cfg())
+    freeze_modules(model, FROZEN)
+    cache = model.backbone_interface.extractor.prompt_cache
+    calls = _count_text_encoder_calls(model)
+    instructions = ["pick up the red block", "open the drawer"]
+    model.cache_prompts(instructions)
+    on_device = cache.lookup(instructions[::-1], torch.device("meta"))
+    assert on_device.device.type == "meta" and on_device.shape == (2, 64, 64)
+    assert all(cache._table[p].device.type == "meta" for p in instructions)
+    assert len(calls) == 1 and cache.nbytes() == 2 * 64 * 64 * 4
+
+
 def test_without_prompt_cache_every_forward_encodes(tiny_model_cfg, tiny_examples):
     cfg = tiny_model_cfg("framework.cosmos25.prompt_cache=false")
     model = build_framework(cfg)

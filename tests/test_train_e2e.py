@@ -40,6 +40,23 @@ def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subproce
     )
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torch's launcher starts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -114,8 +131,10 @@ def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir,
     deadline = time.monotonic() + 600
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGKILL)
+    for pid in [process.pid, *descendants(process.pid)]:
+        os.kill(pid, signal.SIGKILL)
     process.wait()
+    time.sleep(0.5)  # let the killed workers' exits land before looking at their files
     assert marker.exists()
     assert not (killed_dir / "final_model").exists(), "the run finished before the kill; nothing was interrupted"
 

@@ -228,6 +228,35 @@ def normalize_cli_overrides(tokens: list[str]) -> list[str]:
     return items
 
 
+def _coerce(path: str, value: Any) -> Any:
+    """A value of the type the key's default has (YAML/CLI give '1e-4' or 'inf' as text), or a ConfigError."""
+    default = KNOWN_KEYS[path].default
+    if value is None or default is None or isinstance(default, (str, list)):
+        return value
+    kind = type(default)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+    if kind is int:
+        if not number.is_integer():
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return int(number)
+    return number
+
+
+def _coerce_types(cfg: DictConfig) -> None:
+    for path in KNOWN_KEYS:
+        value = OmegaConf.select(cfg, path)
+        coerced = _coerce(path, value)
+        if coerced is not value:
+            OmegaConf.update(cfg, path, coerced)
+
+
 def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
     """Defaults, then the YAML file, then CLI dotlist overrides; every key checked against the schema."""
     cfg = default_config()
@@ -242,4 +271,5 @@ def load_config(config_yaml: str | Path | None, overrides: list[str] | None = No
         cli_cfg = OmegaConf.from_dotlist(overrides)
         check_known_keys(cli_cfg, "command line")
         cfg = OmegaConf.merge(cfg, cli_cfg)
+    _coerce_types(cfg)
     return cfg

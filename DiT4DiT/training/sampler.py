@@ -56,6 +56,9 @@ def iterate_batches(
             batch_sampler=sampler.epoch_batches(epoch)[skip:],
             num_workers=num_workers,
             collate_fn=collate_fn,
+            # Its own generator: otherwise each new iterator draws a worker seed from the global RNG, and a
+            # resumed run (one extra iterator) would drift from the uninterrupted one.
+            generator=torch.Generator().manual_seed(sampler.seed + epoch),
         )
         yield from loader
         epoch, skip = epoch + 1, 0
