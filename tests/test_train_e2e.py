@@ -179,3 +179,23 @@ def test_a_config_error_through_accelerate_launch_exits_non_zero(tiny_pipeline_d
     assert result.returncode != 0
     assert "unknown config key 'trainer.max_train_step'. Did you mean 'trainer.max_train_steps'?" in result.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_deepspeed_zero2_trains_and_resumes(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    """The NPU/GPU launch configuration (DeepSpeed ZeRO-2, bf16) on one CPU process: state saved by the engine."""
+    launch = ["--config_file", "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"]
+
+    def run(*overrides):
+        command = trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "zero2", "--trainer.save_interval=2", *overrides)
+        command[command.index("--config_file"):command.index("--config_file") + 2] = launch
+        return subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=900)
+
+    first = run("--trainer.max_train_steps=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = tmp_path / "zero2/checkpoints/steps_2_training_state"
+    assert (state / "deepspeed").is_dir() and (state / "scheduler.pt").is_file()
+    second = run("--trainer.max_train_steps=4", "--trainer.is_resume=true")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stderr and "at step 2" in second.stderr
+    steps = [r["step"] for r in metrics(tmp_path / "zero2") if "total_loss" in r]
+    assert steps == [2, 4]

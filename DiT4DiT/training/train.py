@@ -192,9 +192,6 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
 
     model = build_framework(cfg)
     freeze_modules(model, trainer_cfg.freeze_modules)
-    if cfg.framework.cosmos25.prompt_cache:
-        instructions = set(train_set.instructions()) | set(eval_set.instructions() if eval_set else [])
-        model.cache_prompts(sorted(instructions))
     if trainer_cfg.pretrained_checkpoint:
         load_pretrained(model, cfg, frozen)
 
@@ -221,6 +218,10 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     scheduler = build_lr_scheduler(optimizer, trainer_cfg)
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
+    if cfg.framework.cosmos25.prompt_cache:
+        # Every instruction is encoded once, up front, on the device (the text encoder is not used again).
+        instructions = set(train_set.instructions()) | set(eval_set.instructions() if eval_set else [])
+        unwrapped.cache_prompts(sorted(instructions))
 
     if resume_from:
         state = resume_from[0]

@@ -51,10 +51,9 @@ def encode_prompts(text_encoder, tokenizer, prompts: list[str], max_length: int)
 class PromptEmbeddingCache:
     """Instruction -> embedding (max_length, D); the text encoder runs only for instructions not yet cached.
 
-    Entries move, once, to the device that asks for them and stay there: copying a batch of them from host
-    memory every step costs more than re-running the text encoder on a fast accelerator (the real snapshot's
-    embedding is 512 x 100352 bf16 = 98 MiB per instruction; on an H200 a host-resident cache made the 2B
-    training step 1.4x slower than no cache at all, see bench/bench_model.py).
+    Entries live in host memory (pinned when they were computed on an accelerator) and each batch is copied to
+    the device without blocking. Device-resident entries would not scale: the real snapshot's embedding is
+    512 x 100352 bf16 = 98 MiB per instruction, and a RoboTwin mixture has thousands of instructions.
     """
 
     def __init__(self, encode: Callable[[list[str]], torch.Tensor], batch_size: int = 8):
@@ -70,20 +69,20 @@ class PromptEmbeddingCache:
 
     @torch.no_grad()
     def fill(self, prompts: Iterable[str]) -> None:
-        """Encode every instruction not yet cached, in batches (entries stay on the text encoder's device)."""
+        """Encode every instruction not yet cached, in batches, and keep the results in host memory."""
         missing = list(dict.fromkeys(p for p in prompts if p not in self._table))
         for start in range(0, len(missing), self._batch_size):
             chunk = missing[start : start + self._batch_size]
-            for prompt, embedding in zip(chunk, self._encode(chunk)):
-                self._table[prompt] = embedding.clone()
+            embeddings = self._encode(chunk)
+            on_accelerator = embeddings.device.type != "cpu"
+            for prompt, embedding in zip(chunk, embeddings.cpu()):
+                embedding = embedding.clone()
+                self._table[prompt] = embedding.pin_memory() if on_accelerator else embedding
 
     def lookup(self, prompts: list[str], device: torch.device) -> torch.Tensor:
         """(B, max_length, D) embeddings for `prompts` on `device`; unseen instructions are encoded first."""
         self.fill(prompts)
-        for prompt in dict.fromkeys(prompts):
-            if self._table[prompt].device != device:
-                self._table[prompt] = self._table[prompt].to(device)
-        return torch.stack([self._table[p] for p in prompts])
+        return torch.stack([self._table[p] for p in prompts]).to(device, non_blocking=True)
 
     def nbytes(self) -> int:
         return sum(e.numel() * e.element_size() for e in self._table.values())
