@@ -31,6 +31,7 @@ from DiT4DiT.config.validate import validate_training_config
 from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules
+from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
@@ -74,6 +75,10 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
 
 def is_deepspeed(accelerator: Accelerator) -> bool:
     return accelerator.distributed_type == DistributedType.DEEPSPEED
+
+
+def prefixes(module_paths: list[str]) -> tuple[str, ...]:
+    return tuple(path + "." for path in module_paths)
 
 
 def frozen_module_paths(cfg: DictConfig) -> list[str]:
@@ -143,18 +148,6 @@ def peak_memory_mb(device: torch.device) -> dict[str, float]:
     return stats
 
 
-def load_checked(model: torch.nn.Module, state_dict: dict, source: Path, missing_ok: tuple[str, ...]) -> None:
-    """Load weights; every key in the file must fit, and only keys under `missing_ok` prefixes may be absent."""
-    result = model.load_state_dict(state_dict, strict=False)
-    missing = [k for k in result.missing_keys if not k.startswith(missing_ok)]
-    if result.unexpected_keys or missing:
-        raise TrainingError(
-            f"{source}: does not fit the model built from this config "
-            f"(unexpected keys: {result.unexpected_keys[:5]}, missing keys: {missing[:5]}); "
-            "use the config the checkpoint was trained with"
-        )
-
-
 def banner(cfg, accelerator, model, train_set, start_step, run_dir) -> None:
     params = list(model.parameters())
     trainable = sum(p.numel() for p in params if p.requires_grad)
@@ -206,7 +199,7 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
         start_step = trainer_state["step"]
         if not is_deepspeed(accelerator):
             weights = checkpoints_dir / trainer_state["weights"]
-            load_checked(model, ckpt.load_weights(weights), weights, missing_ok=tuple(p + "." for p in frozen))
+            load_trained_weights(model, ckpt.load_weights(weights), weights, may_be_missing=prefixes(frozen))
 
     optimizer = torch.optim.AdamW(
         build_param_groups(model, trainer_cfg.learning_rate),
@@ -323,15 +316,15 @@ def load_pretrained(model: torch.nn.Module, cfg: DictConfig, frozen: list[str]) 
     state = ckpt.load_weights(path)
     modules = [m.strip() for m in str(cfg.trainer.reload_modules or "").split(",") if m.strip()]
     if modules:
-        prefixes = tuple(m + "." for m in modules)
-        state = {k: v for k, v in state.items() if k.startswith(prefixes)}
+        listed = prefixes(modules)
+        state = {k: v for k, v in state.items() if k.startswith(listed)}
         if not state:
             raise ConfigError(f"trainer.reload_modules: {path} holds no weights under {modules}")
         # The listed modules must load completely; everything else keeps its freshly built weights.
-        others = tuple(k for k in model.state_dict() if not k.startswith(prefixes))
-        load_checked(model, state, path, missing_ok=others)
+        others = tuple(k for k in model.state_dict() if not k.startswith(listed))
+        load_trained_weights(model, state, path, may_be_missing=others)
     else:
-        load_checked(model, state, path, missing_ok=tuple(p + "." for p in frozen))
+        load_trained_weights(model, state, path, may_be_missing=prefixes(frozen))
     log.info("loaded %d tensors from %s", len(state), path)
 
 
@@ -377,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = build_accelerator(cfg)
     try:
         train(cfg, accelerator)
-    except (ConfigError, DataError, TrainingError, FileNotFoundError) as error:
+    except (ConfigError, DataError, TrainingError, CheckpointMismatchError, FileNotFoundError) as error:
         prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
         print(f"{prefix}{type(error).__name__}: {error}", file=sys.stderr)
         return 1

@@ -19,7 +19,13 @@ class CheckpointMismatchError(ValueError):
     """A weights file that does not fit the model built from its config."""
 
 
-def load_trained_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | Path) -> None:
+def load_trained_weights(
+    model: nn.Module,
+    state_dict: dict[str, torch.Tensor],
+    source: str | Path,
+    may_be_missing: tuple[str, ...] = RELOADED_FROM_SNAPSHOT,
+) -> None:
+    """Strict about what the file holds; keys under the `may_be_missing` prefixes keep the model's values."""
     expected = model.state_dict()
     unexpected = [k for k in state_dict if k not in expected]
     if unexpected:
@@ -34,10 +40,10 @@ def load_trained_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], 
     ]
     if wrong_shape:
         raise CheckpointMismatchError(f"{source}: shapes differ from the model's: {wrong_shape[:3]}")
-    missing = [k for k in expected if k not in state_dict and not k.startswith(RELOADED_FROM_SNAPSHOT)]
+    missing = [k for k in expected if k not in state_dict and not k.startswith(may_be_missing)]
     if missing:
         raise CheckpointMismatchError(
-            f"{source}: {len(missing)} trained weights are missing, e.g. {missing[:3]}; only the text encoder and "
-            "VAE may be left out (they reload from framework.cosmos25.base_model)"
+            f"{source}: {len(missing)} trained weights are missing, e.g. {missing[:3]}; only frozen modules "
+            f"may be left out (they reload from framework.cosmos25.base_model): {list(may_be_missing)}"
         )
     model.load_state_dict(state_dict, strict=False)
