@@ -10,6 +10,7 @@ model, the optimizer, and runs the loop: batch -> train_step -> maybe log / eval
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -162,19 +163,48 @@ def banner(cfg, accelerator, model, train_set, start_step, run_dir) -> None:
     )
 
 
+def find_resume_state(cfg: DictConfig, checkpoints_dir: Path, num_processes: int) -> tuple[Path, dict] | None:
+    """The newest complete training state when `trainer.is_resume` is set, checked against this launch."""
+    if not cfg.trainer.is_resume:
+        return None
+    states = ckpt.completed_states(checkpoints_dir)
+    if not states:
+        log.warning("trainer.is_resume is set but %s holds no complete training state: starting from step 0", checkpoints_dir)
+        return None
+    trainer_state = ckpt.read_trainer_state(states[-1])
+    if trainer_state["num_processes"] != num_processes:
+        raise TrainingError(
+            f"{states[-1]} was written by {trainer_state['num_processes']} processes; resume with "
+            f"--num_processes {trainer_state['num_processes']} (the data order and optimizer shards depend on it)"
+        )
+    return states[-1], trainer_state
+
+
+def restore_training_state(state: Path, model, optimizer, scheduler, accelerator: Accelerator) -> None:
+    """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
+    if is_deepspeed(accelerator):
+        model.load_checkpoint(str(state), tag="deepspeed", load_module_strict=False)
+    else:
+        optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
+    scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
+    ckpt.load_rank_rng(state, accelerator.process_index, accelerator.device)
+
+
+def due(done: int, interval: int, last: int) -> bool:
+    return done % interval == 0 or done == last
+
+
 def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     run_dir = Path(cfg.run_root_dir) / cfg.run_id
     cfg.output_dir = str(run_dir)
     checkpoints_dir = run_dir / "checkpoints"
-    is_main, rank, device = accelerator.is_main_process, accelerator.process_index, accelerator.device
+    is_main, rank = accelerator.is_main_process, accelerator.process_index
     trainer_cfg, data_cfg = cfg.trainer, cfg.datasets.vla_data
     frozen = frozen_module_paths(cfg)
+    resume = find_resume_state(cfg, checkpoints_dir, accelerator.num_processes)
+    start_step = resume[1]["step"] if resume else 0
 
-    resume_from = ckpt.completed_states(checkpoints_dir)[-1:] if trainer_cfg.is_resume else []
-    if trainer_cfg.is_resume and not resume_from:
-        log.warning("trainer.is_resume is set but %s holds no complete training state: starting from step 0", checkpoints_dir)
-
-    # Same initial weights on every rank; per-rank randomness is seeded after the model exists.
+    # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
     train_set = build_vla_dataset(cfg, split="train")
     eval_set = build_vla_dataset(cfg, split="eval") if model_has_action_head(cfg) else None
@@ -182,24 +212,13 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
         ckpt.save_config(cfg, run_dir / "config.yaml")
-
     model = build_framework(cfg)
     freeze_modules(model, trainer_cfg.freeze_modules)
     if trainer_cfg.pretrained_checkpoint:
         load_pretrained(model, cfg, frozen)
-
-    start_step, trainer_state = 0, None
-    if resume_from:
-        trainer_state = ckpt.read_trainer_state(resume_from[0])
-        if trainer_state["num_processes"] != accelerator.num_processes:
-            raise TrainingError(
-                f"{resume_from[0]} was written by {trainer_state['num_processes']} processes; resume with "
-                f"--num_processes {trainer_state['num_processes']} (the data order and optimizer shards depend on it)"
-            )
-        start_step = trainer_state["step"]
-        if not is_deepspeed(accelerator):
-            weights = checkpoints_dir / trainer_state["weights"]
-            load_trained_weights(model, ckpt.load_weights(weights), weights, may_be_missing=prefixes(frozen))
+    if resume and not is_deepspeed(accelerator):  # DeepSpeed restores weights with its own state
+        weights = checkpoints_dir / resume[1]["weights"]
+        load_trained_weights(model, ckpt.load_weights(weights), weights, may_be_missing=prefixes(frozen))
 
     optimizer = torch.optim.AdamW(
         build_param_groups(model, trainer_cfg.learning_rate),
@@ -212,72 +231,55 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     if cfg.framework.cosmos25.prompt_cache:
-        # Every instruction is encoded once, up front, on the device (the text encoder is not used again).
+        # Every instruction is encoded once, up front, on the device; the text encoder is not run again.
         instructions = set(train_set.instructions()) | set(eval_set.instructions() if eval_set else [])
         unwrapped.cache_prompts(sorted(instructions))
-
-    if resume_from:
-        state = resume_from[0]
-        if is_deepspeed(accelerator):
-            model.load_checkpoint(str(state), tag="deepspeed", load_module_strict=False)
-        else:
-            optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
-        scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
-        ckpt.load_rank_rng(state, rank, device)
-        log.info("resumed from %s at step %d", state, start_step)
+    if resume:
+        restore_training_state(resume[0], model, optimizer, scheduler, accelerator)
+        log.info("resumed from %s at step %d", resume[0], start_step)
     else:
         set_seed(cfg.seed + rank)
 
-    accumulation = trainer_cfg.gradient_accumulation_steps
-    batch_size = data_cfg.per_device_batch_size
+    accumulation, batch_size, last = trainer_cfg.gradient_accumulation_steps, data_cfg.per_device_batch_size, trainer_cfg.max_train_steps
     sampler = ResumableBatchSampler(len(train_set), batch_size, rank, accelerator.num_processes, cfg.seed)
     batches = iterate_batches(train_set, sampler, start_step * accumulation, data_cfg.num_workers, collate_fn)
     eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None and is_main else None
-
     logger = None
     if is_main:
-        if resume_from:
+        if resume:
             trim_metrics(run_dir, start_step)
         logger = MetricsLogger(cfg, run_dir, start_step)
         banner(cfg, accelerator, unwrapped, train_set, start_step, run_dir)
 
-    def save(step: int) -> None:
-        save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, checkpoints_dir, step, frozen)
-
-    try:
-        for step in range(start_step, trainer_cfg.max_train_steps):
+    with contextlib.ExitStack() as cleanup:
+        if logger is not None:
+            cleanup.callback(logger.close)
+        for step in range(start_step, last):
             data_start = time.perf_counter()
             micro_batches = [next(batches) for _ in range(accumulation)]
             model_start = time.perf_counter()
-
-            def position(micro: int, step=step) -> tuple[int, int]:
-                return sampler.position(step * accumulation + micro)
-
+            position = lambda micro, step=step: sampler.position(step * accumulation + micro)  # noqa: E731
             values = train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, step, position)
             done = step + 1
             if logger is not None:
-                values["data_time"] = model_start - data_start
-                values["model_time"] = time.perf_counter() - model_start
+                values["data_time"], values["model_time"] = model_start - data_start, time.perf_counter() - model_start
                 logger.record(values, samples=batch_size * accumulation * accelerator.num_processes)
                 logger.advance(done)
-                if done % trainer_cfg.logging_frequency == 0 or done == trainer_cfg.max_train_steps:
+                if due(done, trainer_cfg.logging_frequency, last):
                     lrs = {f"learning_rate/{g['name']}": g["lr"] for g in optimizer.param_groups}
-                    logger.flush(done, lrs | peak_memory_mb(device) | {"epoch": sampler.position(done * accumulation)[0]})
-            if eval_batch is not None and (done % trainer_cfg.eval_interval == 0 or done == trainer_cfg.max_train_steps):
+                    epoch = {"epoch": sampler.position(done * accumulation)[0]}
+                    logger.flush(done, lrs | peak_memory_mb(accelerator.device) | epoch)
+            if eval_batch is not None and due(done, trainer_cfg.eval_interval, last):
                 logger.log({"step": done, "eval_action_mse": eval_action_mse(unwrapped, eval_batch)})
-            if done % trainer_cfg.save_interval == 0 or done == trainer_cfg.max_train_steps:
-                save(done)
-    except BaseException:
-        if logger is not None:
-            logger.close()
-        raise
+            if due(done, trainer_cfg.save_interval, last):
+                save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, checkpoints_dir, done, frozen)
 
-    checksums = replica_weight_checksums(accelerator, unwrapped)
+        checksums = replica_weight_checksums(accelerator, unwrapped)
+        if is_main:
+            logger.log({"step": last, "replica_weight_checksums": checksums})
+            final = ckpt.weights_to_save(accelerator.get_state_dict(model), [] if trainer_cfg.save_full_state_dict else frozen)
+            ckpt.save_weights(final, run_dir / "final_model" / "pytorch_model.pt")
     if is_main:
-        logger.log({"step": trainer_cfg.max_train_steps, "replica_weight_checksums": checksums})
-        final = ckpt.weights_to_save(accelerator.get_state_dict(model), [] if trainer_cfg.save_full_state_dict else frozen)
-        ckpt.save_weights(final, run_dir / "final_model" / "pytorch_model.pt")
-        logger.close()
         plot_loss_curve(run_dir)
         log.info("done: %s", run_dir)
     accelerator.wait_for_everyone()
