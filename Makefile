@@ -1,4 +1,5 @@
 # The README's two commands are `make train-tiny` and `make test`; both set up .venv on first use.
+# The package is used from this checkout (PYTHONPATH), as the original's launch scripts do.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,14 +14,13 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	DS_BUILD_OPS=0 $(VENV)/bin/pip install -q -r requirements.txt
-	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 $(TINY_MODEL)/model_index.json: | venv
-	$(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL)
+	PYTHONPATH=. $(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL)
 
 $(TINY_DATA)/.complete: | venv
-	$(PY) -m DiT4DiT.tools.tiny_robotwin --out $(TINY_DATA) --overwrite
+	PYTHONPATH=. $(PY) -m DiT4DiT.tools.tiny_robotwin --out $(TINY_DATA) --overwrite
 	touch $@
 
 tiny-assets: $(TINY_MODEL)/model_index.json $(TINY_DATA)/.complete
@@ -37,6 +37,6 @@ test-patched: venv
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ci_patched_smoke.sh
 
 bench: tiny-assets
-	$(PY) bench/bench_model.py
-	$(PY) bench/bench_data.py
-	$(PY) bench/bench_train.py
+	PYTHONPATH=. $(PY) bench/bench_model.py
+	PYTHONPATH=. $(PY) bench/bench_data.py
+	PYTHONPATH=. $(PY) bench/bench_train.py

@@ -39,7 +39,7 @@ def run(num_processes: int, steps: int, run_root: Path) -> dict:
         f"--trainer.logging_frequency={log_every}", f"--trainer.eval_interval={steps}",
         f"--run_root_dir={run_root}", f"--run_id=bench_{num_processes}p", "--trackers=[jsonl]",
     ]
-    env = dict(os.environ, WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // num_processes)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // num_processes)))
     subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     records = [json.loads(line) for line in (run_root / f"bench_{num_processes}p" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if "samples_per_s" in r][-1]  # second window: start-up excluded
