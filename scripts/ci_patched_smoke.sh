@@ -89,4 +89,12 @@ if not checkpoints:
     sys.exit(f"{run_dir}/checkpoints holds no weights file")
 print(f"total_loss {first:.4f} -> {last:.4f} (mean of the first / last {k} logs); checkpoints: {', '.join(checkpoints)}")
 EOF
+step "the patched run resumes from its last training state"
+PYTHON=$PYTHON bash "$TREE/scripts/train_8p.sh" --max_train_steps=$((STEPS + 20)) --run_root_dir="$WORK/runs" \
+    --run_id=patched_smoke --base_model="$TINY_MODEL" --data_root_dir="$TINY_DATA" --trainer.is_resume=true "$@" \
+    || fail "resuming the smoke run failed; its log: $RUN_DIR/train.log"
+grep -q "resumed from .*steps_${STEPS}_training_state at step $STEPS" "$RUN_DIR/train.log" \
+    || fail "$RUN_DIR/train.log: the second launch did not resume from step $STEPS"
+[[ -f $RUN_DIR/checkpoints/steps_$((STEPS + 20))_pytorch_model.pt ]] || fail "no checkpoint at step $((STEPS + 20)) after resuming"
+
 step "patched tree OK"
