@@ -61,7 +61,7 @@ git_tree apply "$PATCH"
 
 step "tiny model and dataset"
 [[ -f $TINY_MODEL/model_index.json ]] || (cd "$REPO" && "$PYTHON" -m DiT4DiT.tools.tiny_cosmos --out "$TINY_MODEL")
-[[ -f $TINY_DATA/.complete ]] || (cd "$REPO" && "$PYTHON" -m DiT4DiT.tools.tiny_robotwin --out "$TINY_DATA" && touch "$TINY_DATA/.complete")
+[[ -f $TINY_DATA/.complete ]] || (cd "$REPO" && "$PYTHON" -m DiT4DiT.tools.tiny_robotwin --out "$TINY_DATA" --overwrite && touch "$TINY_DATA/.complete")
 
 step "$STEPS-step CPU smoke run on the patched tree"
 RUN_DIR=$WORK/runs/patched_smoke
