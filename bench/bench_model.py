@@ -217,7 +217,7 @@ def main() -> None:
     ratio = result["median"]["cache off"] / result["median"]["cache on"]
     print(f"  ratio cache off / cache on: {ratio:.2f}x")
     print(f"  one cached embedding: {result['embedding_bytes'] / 2**10:.1f} KiB here; real snapshot: "
-          f"{REAL_EMBEDDING_BYTES / 2**20:.0f} MiB (512 tokens x 28 layers x 3584, bf16, kept on the device)")
+          f"{REAL_EMBEDDING_BYTES / 2**20:.0f} MiB (512 tokens x 28 layers x 3584, bf16, kept in pinned host memory)")
 
 
 if __name__ == "__main__":

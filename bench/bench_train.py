@@ -40,7 +40,9 @@ def run(num_processes: int, steps: int, run_root: Path) -> dict:
         f"--run_root_dir={run_root}", f"--run_id=bench_{num_processes}p", "--trackers=[jsonl]",
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // num_processes)))
-    subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"training with {num_processes} process(es) failed:\n{result.stderr[-3000:]}")
     records = [json.loads(line) for line in (run_root / f"bench_{num_processes}p" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if "samples_per_s" in r][-1]  # second window: start-up excluded
     return {
