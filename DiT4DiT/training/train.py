@@ -56,9 +56,9 @@ def parse_config(argv: list[str] | None) -> DictConfig:
 
 def build_accelerator(cfg: DictConfig) -> Accelerator:
     """From the launch configuration (accelerate launch --config_file ...), plus what our config decides."""
-    # Parameters may get no gradient in a step (the VAE decoder, a frozen-by-cache text encoder, the video
-    # transformer in action mode); DDP must not wait for them.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
+    # Parameters may get no gradient in a step (the VAE decoder, the video transformer in action mode); DDP must
+    # not wait for them. No buffer needs syncing (they are constants), and the text encoder's sit in host memory.
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=True, broadcast_buffers=False)
     accelerator = Accelerator(
         gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp]
     )
@@ -231,9 +231,14 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     if cfg.framework.cosmos25.prompt_cache:
-        # Every instruction is encoded once, up front, on the device; the text encoder is not run again.
+        # Every instruction is encoded once, up front, on the device.
         instructions = set(train_set.instructions()) | set(eval_set.instructions() if eval_set else [])
         unwrapped.cache_prompts(sorted(instructions))
+        text_encoder = unwrapped.backbone_interface.extractor.text_encoder
+        if not any(p.requires_grad for p in text_encoder.parameters()):
+            # Frozen and fully cached, it never runs again: its weights (~16 GB for the 2B snapshot's
+            # 7B text encoder) go back to host memory, where a cache miss can still use it.
+            text_encoder.to("cpu")
     if resume:
         restore_training_state(resume[0], model, optimizer, scheduler, accelerator)
         log.info("resumed from %s at step %d", resume[0], start_step)
