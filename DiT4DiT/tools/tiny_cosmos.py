@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
+from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_cache import SYSTEM_PROMPT
 
 DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-tiny")
@@ -119,8 +119,8 @@ def build_text_encoder(tokenizer):
 def build_transformer():
     from diffusers import CosmosTransformer3DModel
 
-    # Same structure as the 2B model (UPSTREAM_SPEC 2.1) at toy widths.
-    return CosmosTransformer3DModel(
+    # The 2B model's structure (UPSTREAM_SPEC 2.1) at toy widths: only sizes differ from the real config.
+    sizes = dict(
         in_channels=LATENT_CHANNELS + 1,
         out_channels=LATENT_CHANNELS,
         num_attention_heads=TRANSFORMER_HEADS,
@@ -129,15 +129,10 @@ def build_transformer():
         mlp_ratio=2.0,
         text_embed_dim=TRANSFORMER_HEADS * TRANSFORMER_HEAD_DIM,
         adaln_lora_dim=8,
-        max_size=(128, 240, 240),
-        patch_size=(1, 2, 2),
-        rope_scale=(1.0, 3.0, 3.0),
-        concat_padding_mask=True,
-        extra_pos_embed_type=None,
-        use_crossattn_projection=True,
         crossattn_proj_in_channels=TEXT_HIDDEN * TEXT_LAYERS,
         encoder_hidden_states_channels=TRANSFORMER_HEADS * TRANSFORMER_HEAD_DIM,
-    ).eval()
+    )
+    return CosmosTransformer3DModel(**(COSMOS_2B_TRANSFORMER_CONFIG | sizes)).eval()
 
 
 def build_vae():
