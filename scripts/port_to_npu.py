@@ -53,14 +53,19 @@ AUTOCAST_HELPERS = '''
 
 @functools.cache
 def _autocast_device() -> str:
-    """Device type for autocast: npu with torch_npu, else the device in use (warned once per file)."""
+    """Device type for autocast: npu with torch_npu, else the device in use (warned once per process)."""
     if _TORCH_NPU_IMPORT_ERROR is None:
         return "npu"
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    warnings.warn(
+    # Both patched files carry this helper. One fixed location in one registry (torch's) makes the second
+    # file's identical warning a repeat, so a run prints it once.
+    warnings.warn_explicit(
         f"torch_npu is not importable ({_TORCH_NPU_IMPORT_ERROR}); autocast runs on {device} instead of npu",
         RuntimeWarning,
-        stacklevel=3,  # the autocast site
+        filename="torch_npu",
+        lineno=0,
+        module="torch_npu",
+        registry=vars(torch).setdefault("__warningregistry__", {}),
     )
     return device
 
