@@ -17,6 +17,17 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def check_action_dims(cfg: DictConfig) -> None:
+    """The action head is built at the padded widths: the data loader pads to max_*_dim before the model."""
+    head, data = cfg.framework.action_model, cfg.datasets.vla_data
+    _require(int(head.action_dim) == int(data.max_action_dim),
+             f"framework.action_model.action_dim={head.action_dim} must equal "
+             f"datasets.vla_data.max_action_dim={data.max_action_dim} (actions are padded to that width)")
+    _require(not head.state_dim or int(head.state_dim) == int(data.max_state_dim),
+             f"framework.action_model.state_dim={head.state_dim} must equal "
+             f"datasets.vla_data.max_state_dim={data.max_state_dim} (or 0 for no state)")
+
+
 def validate_training_config(cfg: DictConfig) -> list[str]:
     """Raise ConfigError with what to set for the first problem found; return warnings for odd but legal values."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
@@ -49,13 +60,7 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
                         f"({trainer.max_train_steps}): the learning rate never reaches its peak in this run")
 
     if mode != "video":
-        # Padding to max_*_dim happens in the data loader, so the model must be built at that width.
-        _require(head.action_dim == data.max_action_dim,
-                 f"framework.action_model.action_dim ({head.action_dim}) must equal datasets.vla_data.max_action_dim "
-                 f"({data.max_action_dim}): actions are padded to max_action_dim before the model sees them")
-        _require(not head.state_dim or head.state_dim == data.max_state_dim,
-                 f"framework.action_model.state_dim ({head.state_dim}) must equal datasets.vla_data.max_state_dim "
-                 f"({data.max_state_dim}) (or be 0 for no state input)")
+        check_action_dims(cfg)
         _require(head.action_horizon == head.future_action_window_size + 1,
                  f"framework.action_model.action_horizon ({head.action_horizon}) must equal "
                  f"future_action_window_size + 1 ({head.future_action_window_size + 1}): the eval compares "

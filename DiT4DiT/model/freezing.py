@@ -7,12 +7,17 @@ from torch import nn
 from DiT4DiT.config.schema import ConfigError
 
 
+def module_paths(text: str | None) -> list[str]:
+    """Comma-separated dotted module paths (trainer.freeze_modules, trainer.reload_modules) as a list."""
+    return [p.strip() for p in str(text or "").split(",") if p.strip()]
+
+
 def freeze_modules(model: nn.Module, paths: str | None) -> list[str]:
     """Set requires_grad=False on every parameter under each path; return the paths frozen.
 
     An unknown path is an error (the original only warned, and a typo then trained a module meant to be frozen).
     """
-    names = [p.strip() for p in (paths or "").split(",") if p.strip()]
+    names = module_paths(paths)
     for name in names:
         try:
             module = model.get_submodule(name)

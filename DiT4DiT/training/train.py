@@ -31,7 +31,7 @@ from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overri
 from DiT4DiT.config.validate import validate_training_config
 from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
-from DiT4DiT.model.freezing import freeze_modules
+from DiT4DiT.model.freezing import freeze_modules, module_paths
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
@@ -80,10 +80,6 @@ def is_deepspeed(accelerator: Accelerator) -> bool:
 
 def prefixes(module_paths: list[str]) -> tuple[str, ...]:
     return tuple(path + "." for path in module_paths)
-
-
-def frozen_module_paths(cfg: DictConfig) -> list[str]:
-    return [p.strip() for p in str(cfg.trainer.freeze_modules or "").split(",") if p.strip()]
 
 
 def compose_loss(losses: dict[str, torch.Tensor], cfg: DictConfig) -> torch.Tensor:
@@ -200,7 +196,6 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     checkpoints_dir = run_dir / "checkpoints"
     is_main, rank = accelerator.is_main_process, accelerator.process_index
     trainer_cfg, data_cfg = cfg.trainer, cfg.datasets.vla_data
-    frozen = frozen_module_paths(cfg)
     resume = find_resume_state(cfg, checkpoints_dir, accelerator.num_processes)
     start_step = resume[1]["step"] if resume else 0
 
@@ -213,7 +208,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
         ckpt.save_config(cfg, run_dir / "config.yaml")
     model = build_framework(cfg)
-    freeze_modules(model, trainer_cfg.freeze_modules)
+    frozen = freeze_modules(model, trainer_cfg.freeze_modules)
+    left_out_of_checkpoints = [] if trainer_cfg.save_full_state_dict else frozen
     if trainer_cfg.pretrained_checkpoint:
         load_pretrained(model, cfg, frozen)
     if resume and not is_deepspeed(accelerator):  # DeepSpeed restores weights with its own state
@@ -277,12 +273,14 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             if eval_batch is not None and due(done, trainer_cfg.eval_interval, last):
                 logger.log({"step": done, "eval_action_mse": eval_action_mse(unwrapped, eval_batch)})
             if due(done, trainer_cfg.save_interval, last):
-                save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, checkpoints_dir, done, frozen)
+                save_training_checkpoint(
+                    cfg, accelerator, model, optimizer, scheduler, checkpoints_dir, done, left_out_of_checkpoints
+                )
 
         checksums = replica_weight_checksums(accelerator, unwrapped)
         if is_main:
             logger.log({"step": last, "replica_weight_checksums": checksums})
-            final = ckpt.weights_to_save(accelerator.get_state_dict(model), [] if trainer_cfg.save_full_state_dict else frozen)
+            final = ckpt.weights_to_save(accelerator.get_state_dict(model), left_out_of_checkpoints)
             ckpt.save_weights(final, run_dir / "final_model" / "pytorch_model.pt")
     if is_main:
         plot_loss_curve(run_dir)
@@ -321,7 +319,7 @@ def load_pretrained(model: torch.nn.Module, cfg: DictConfig, frozen: list[str]) 
     """Warm start from `trainer.pretrained_checkpoint`: all its weights, or only `trainer.reload_modules`."""
     path = Path(cfg.trainer.pretrained_checkpoint)
     state = ckpt.load_weights(path)
-    modules = [m.strip() for m in str(cfg.trainer.reload_modules or "").split(",") if m.strip()]
+    modules = module_paths(cfg.trainer.reload_modules)
     if modules:
         listed = prefixes(modules)
         state = {k: v for k, v in state.items() if k.startswith(listed)}
@@ -336,14 +334,14 @@ def load_pretrained(model: torch.nn.Module, cfg: DictConfig, frozen: list[str]) 
 
 
 def save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, checkpoints_dir: Path, step: int,
-                             frozen: list[str]) -> None:
+                             left_out: list[str]) -> None:
     """Weights (main process) and the full training state (every rank), each published atomically."""
     is_main = accelerator.is_main_process
     staging = ckpt.staging_dir(checkpoints_dir, step)
     weights_name = ckpt.weights_path(checkpoints_dir, step).name
     if is_main:
         state_dict = accelerator.get_state_dict(model)
-        kept = ckpt.weights_to_save(state_dict, [] if cfg.trainer.save_full_state_dict else frozen)
+        kept = ckpt.weights_to_save(state_dict, left_out)
         ckpt.save_weights(kept, checkpoints_dir / weights_name)
         ckpt.append_summary(Path(cfg.output_dir), step)
         ckpt.save_config(cfg, Path(cfg.output_dir) / "config.yaml")

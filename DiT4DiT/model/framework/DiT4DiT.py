@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError, load_config
+from DiT4DiT.config.validate import check_action_dims
 from DiT4DiT.model.framework import build_framework, register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
@@ -41,25 +42,11 @@ class DiT4DiT(nn.Module):
         # backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
         head = None
         if str(config.framework.cosmos25.training).lower() != "video":
-            self._check_action_dims(config)
+            check_action_dims(config)
             head = build_action_head(action_cfg, int(config.framework.cosmos25.vl_hidden_dim))
         self.backbone_interface = CosmosBackboneInterface(config)
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
-
-    @staticmethod
-    def _check_action_dims(config) -> None:
-        action_cfg, vla = config.framework.action_model, config.datasets.vla_data
-        if int(action_cfg.action_dim) != int(vla.max_action_dim):
-            raise ConfigError(
-                f"framework.action_model.action_dim={action_cfg.action_dim} must equal "
-                f"datasets.vla_data.max_action_dim={vla.max_action_dim} (actions are padded to that width)"
-            )
-        if action_cfg.state_dim and int(action_cfg.state_dim) != int(vla.max_state_dim):
-            raise ConfigError(
-                f"framework.action_model.state_dim={action_cfg.state_dim} must equal "
-                f"datasets.vla_data.max_state_dim={vla.max_state_dim} (or 0 for no state)"
-            )
 
     def cache_prompts(self, instructions) -> None:
         """Encode every instruction once, up front, so training never runs the text encoder again."""
