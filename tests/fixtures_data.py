@@ -62,6 +62,9 @@ def data_cfg(tmp_path):
             f"datasets.vla_data.data_root_dir={root}",
             f"datasets.vla_data.data_mix={data_mix}",
             f"datasets.vla_data.cache_dir={tmp_path / 'cache'}",
+            # RoboTwin's 14-D joints (the schema's defaults are the original's 64 / 32)
+            "datasets.vla_data.max_state_dim=14", "datasets.vla_data.max_action_dim=14",
+            "framework.action_model.state_dim=14", "framework.action_model.action_dim=14",
             *overrides,
         ])
 

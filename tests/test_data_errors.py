@@ -116,8 +116,8 @@ def test_empty_mixture_names_the_root_and_expected_folders(tmp_path, data_cfg):
 def test_unset_data_root_and_unknown_backend(tiny_robotwin_root, data_cfg):
     with pytest.raises(ConfigError, match=r"data_root_dir is not set"):
         build_vla_dataset(data_cfg("null", TASK1))
-    with pytest.raises(ConfigError, match=r"video_backend='decord' is unknown"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.video_backend=decord"))
+    with pytest.raises(ConfigError, match=r"video_backend: 'ffmpeg' is not one of pyav, torchcodec"):
+        build_vla_dataset(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.video_backend=ffmpeg"))
 
 
 def test_holdout_leaving_no_training_episode(tiny_robotwin_root, data_cfg):

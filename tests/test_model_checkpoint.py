@@ -12,7 +12,8 @@ from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
 from DiT4DiT.model.modules.cosmos_pipeline import load_cosmos_components
 from DiT4DiT.model.modules.prompt_cache import tokenize_prompts
-from DiT4DiT.model.modules.weights import RELOADED_FROM_SNAPSHOT, CheckpointMismatchError
+from DiT4DiT.model.freezing import left_out_of_checkpoints
+from DiT4DiT.model.modules.weights import CheckpointMismatchError
 from DiT4DiT.tools.tiny_cosmos import build_tiny_pipeline
 
 
@@ -58,7 +59,9 @@ def _write_run(model, run_dir, state_dict) -> str:
 
 
 def _trainable_state(model) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in model.state_dict().items() if not k.startswith(RELOADED_FROM_SNAPSHOT)}
+    """What the trainer saves: everything but the modules the config says its checkpoints leave out."""
+    left_out = tuple(path + "." for path in left_out_of_checkpoints(model.config))
+    return {k: v for k, v in model.state_dict().items() if not k.startswith(left_out)}
 
 
 def test_from_pretrained_restores_trained_weights(tiny_model_cfg, tmp_path):

@@ -19,6 +19,9 @@ def _tiny_head():
             "framework.action_model.diffusion_model_cfg.attention_head_dim=16",
             "framework.action_model.diffusion_model_cfg.dropout=0.0",
             "framework.action_model.diffusion_model_cfg.cross_attention_dim=24",
+            "framework.cosmos25.vl_hidden_dim=24",
+            "framework.action_model.action_dim=14", "datasets.vla_data.max_action_dim=14",
+            "framework.action_model.state_dim=14", "datasets.vla_data.max_state_dim=14",
         ],
     )
     torch.manual_seed(0)

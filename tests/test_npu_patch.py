@@ -150,11 +150,13 @@ def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin
         f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}",
         f"--run_root_dir={tmp_path / 'runs'}", "--run_id=fakes",
         "--trainer.max_train_steps=2", "--trainer.save_interval=2", "--trainer.num_warmup_steps=1",
-        "--trainer.logging_frequency=1", "--trainer.eval_interval=2",
+        "--trainer.logging_frequency=1", "--trainer.eval_interval=2", "--trainer.mixed_precision=bf16",
     )
     assert report["exit"] == 0, result.stderr[-3000:]
     assert report["transfer_to_npu"]
-    assert set(report["autocast"]) == {"npu"} and report["autocast"]["npu"] >= 2 * 3
+    # bf16 is asked for, but the fake has no NPU device (torch.cuda.is_available(), which the real transfer_to_npu
+    # maps to NPU availability, is False): every autocast site stays off instead of warning on each step.
+    assert report["autocast"] == {}
     assert report["adamw_fused"] == [True]
     assert report["patcher_calls"] == ["Patcher()", "Patcher.apply()"]
     assert "torch_npu is not importable" not in result.stderr

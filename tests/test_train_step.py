@@ -11,7 +11,8 @@ from accelerate.state import AcceleratorState, GradientState
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
-from DiT4DiT.training.train import TrainingError, main, train_step
+from DiT4DiT.training.sampler import ResumableBatchSampler
+from DiT4DiT.training.train import Run, TrainingError, main, train_step
 
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 
@@ -34,12 +35,14 @@ def _run(micro_batches, accumulation, seed_model):
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     accelerator = Accelerator(gradient_accumulation_steps=accumulation, cpu=True)
-    cfg = load_config(TINY_CONFIG, ["trainer.mixed_precision=no", "trainer.num_warmup_steps=0", "trainer.max_train_steps=10"])
+    cfg = load_config(TINY_CONFIG, ["trainer.mixed_precision=no", "trainer.num_warmup_steps=0", "trainer.max_train_steps=10",
+                                    "trainer.save_interval=10"])
     model = copy.deepcopy(seed_model)
     optimizer = torch.optim.AdamW(build_param_groups(model, cfg.trainer.learning_rate), lr=1e-2)
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
-    values = train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, 0, lambda micro: (0, micro))
+    sampler = ResumableBatchSampler(len(micro_batches), 1, 0, 1, cfg.seed)
+    values = train_step(Run(cfg, accelerator, model, optimizer, scheduler, sampler), micro_batches, 0)
     return accelerator.unwrap_model(model), values
 
 

@@ -1,145 +1,193 @@
-"""The one tree of known config keys: defaults, one-line meanings, strict merging and CLI overrides.
+"""The one tree of known config keys, and loading: defaults, then a YAML file, then command-line overrides.
 
-A YAML file merges on top of the defaults, then `--a.b.c value` / `--a.b.c=value` overrides on top of that.
-Any key that is not in the tree is an error naming the closest valid key: a typo never silently creates a
-dead setting. Keys are the original DiT4DiT's, so its configs and launch flags carry over.
+Each key declares its default, one-line meaning, type, choices and bounds (DiT4DiT/config/keys.py). Loading
+checks every key and every cross-key rule (DiT4DiT/config/validate.py) before any process group, dataset or
+model exists, so the rest of the code reads typed values and never re-checks them. A key that is not in the tree
+is an error naming the closest valid key, except the keys the original's own YAMLs carry without reading them
+(accepted with one warning). Keys are the original DiT4DiT's, so its configs and launch flags carry over.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+import warnings
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.keys import Key, coerce
 
-class ConfigError(ValueError):
-    """A config file, key or value the user has to fix; the message says how."""
+__all__ = ["ConfigError", "Key", "KNOWN_KEYS", "SCHEMA", "default_config", "load_config", "normalize_cli_overrides"]
+
+TRACKERS = ("jsonl", "wandb")
+TRAINING_MODES = ("joint", "action", "video")
+FUTURE_LOSS_TYPES = ("flow_matching", "latent_flow_matching", "rectified_flow", "rf", "pixel_l1", "pixel_mse", "latent_mse")
+TIME_DISTRIBUTIONS = ("logit_normal", "uniform")
+VIDEO_BACKENDS = ("pyav", "torchcodec")
+# The original's decoders: decord has no aarch64 wheels and torchvision's reader is deprecated; PyAV reads the
+# same frames (torchvision_av is PyAV underneath).
+VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
 
 
-@dataclass(frozen=True)
-class Key:
-    default: Any
-    help: str
+class OriginalKeysWarning(UserWarning):
+    """The config carries keys the original defines but never reads, or puts a key where the original ignores it."""
 
 
 # Nodes whose children the user names (module paths for learning-rate groups).
-OPEN_NODES = {"trainer.learning_rate"}
+OPEN_NODES = {"trainer.learning_rate": Key(1e-4, "learning rate of the named module", min=0.0)}
 
 SCHEMA: dict = {
     "run_id": Key("dit4dit_run", "name of the run; the run directory is <run_root_dir>/<run_id>"),
     "run_root_dir": Key("./runs", "parent folder of run directories"),
-    "seed": Key(42, "base random seed (each process adds its rank)"),
-    "trackers": Key(["jsonl", "wandb"], "metric sinks: any of jsonl, wandb"),
-    "wandb_entity": Key(None, "wandb entity (team or user)"),
+    "seed": Key(42, "base random seed (each process adds its rank)", min=0),
+    "trackers": Key(["jsonl", "wandb"], "metric sinks: any of jsonl, wandb", choices=TRACKERS),
+    "wandb_entity": Key(None, "wandb entity (team or user)", kind="str"),
     "wandb_project": Key("dit4dit", "wandb project"),
-    "wandb_mode": Key("offline", "wandb mode: offline, online or disabled"),
-    "output_dir": Key(None, "set at run time to <run_root_dir>/<run_id>; do not set it yourself"),
+    "wandb_mode": Key("offline", "wandb mode: offline, online or disabled", choices=("offline", "online", "disabled")),
+    "output_dir": Key(None, "<run_root_dir>/<run_id>, derived when the config loads; setting it has no effect", kind="str"),
     "framework": {
         "name": Key("DiT4DiT", "registered framework class to build"),
         "cosmos25": {
-            "base_model": Key(None, "local folder of a diffusers Cosmos2_5_PredictBasePipeline snapshot"),
+            "base_model": Key(None, "local folder of a diffusers Cosmos2_5_PredictBasePipeline snapshot", kind="str"),
             "revision": Key("diffusers/base/post-trained", "hub revision the snapshot was downloaded from"),
             "local_files_only": Key(True, "never contact the hub; only local folders are read"),
-            "torch_dtype": Key("bfloat16", "dtype of every pipeline module: bfloat16, float16 or float32"),
-            "attn_implementation": Key("sdpa", "text-encoder attention: sdpa, eager or flash_attention_2"),
-            "extract_layer": Key(17, "index of the transformer block whose output feeds the action head"),
-            "max_sequence_length": Key(512, "prompt length in tokens (padded and truncated)"),
-            "vl_hidden_dim": Key(2048, "width of the backbone features (the transformer's hidden size)"),
-            "conditional_frame_timestep": Key(0.0001, "timestep given to the conditioning latent frame"),
-            "future_loss_type": Key("flow_matching", "future-video loss: flow_matching (aliases latent_flow_matching, rectified_flow, rf)"),
-            "training": Key("joint", "joint (action + video losses), action (no video loss) or video (no action head)"),
+            "torch_dtype": Key("bfloat16", "dtype of every pipeline module", choices=("bfloat16", "float16", "float32")),
+            "attn_implementation": Key("sdpa", "text-encoder attention; flash_attention_2 falls back to sdpa where "
+                                       "flash-attn (CUDA) or torch_npu (Ascend) is absent",
+                                       choices=("sdpa", "eager", "flash_attention_2")),
+            "extract_layer": Key(19, "index of the transformer block whose output feeds the action head", min=0),
+            "max_sequence_length": Key(512, "prompt length in tokens (padded and truncated)", min=1),
+            "vl_hidden_dim": Key(2048, "width of the backbone features (the transformer's hidden size)", min=1),
+            "conditional_frame_timestep": Key(0.001, "timestep given to the conditioning latent frame", min=0.0),
+            "future_loss_type": Key("pixel_l1", "future-video loss", choices=FUTURE_LOSS_TYPES),
+            "future_num_inference_steps": Key(2, "denoising steps of the pixel / latent future losses", min=1),
+            "training": Key("joint", "joint (action + video losses), action (no video loss) or video (no action head)",
+                            choices=TRAINING_MODES),
             "prompt_cache": Key(True, "run the text encoder once per unique instruction and reuse the embedding"),
             "flow_matching": {
-                "time_distribution": Key("logit_normal", "video flow-matching time: logit_normal or uniform"),
-                "high_sigma_ratio": Key(0.05, "probability of drawing t from [high_sigma_min, 1]; null disables"),
-                "high_sigma_min": Key(0.98, "lower end of the high-sigma range"),
+                "time_distribution": Key("logit_normal", "video flow-matching time", choices=TIME_DISTRIBUTIONS),
+                "high_sigma_ratio": Key(0.05, "probability of drawing t from [high_sigma_min, 1]; null disables",
+                                        min=0.0, max=1.0, nullable=True),
+                "high_sigma_min": Key(0.98, "lower end of the high-sigma range (null when high_sigma_ratio is null)",
+                                      min=0.0, max=1.0, nullable=True),
             },
         },
         "action_model": {
-            "action_model_type": Key("DiT-B", "action DiT size: DiT-B (12x64) or DiT-L (32x48)"),
-            "hidden_size": Key(2560, "width of the state encoder and action decoder MLPs"),
-            "action_dim": Key(14, "action width seen by the model (equals datasets.vla_data.max_action_dim)"),
-            "state_dim": Key(14, "state width seen by the model (equals datasets.vla_data.max_state_dim); 0 = no state"),
-            "future_action_window_size": Key(7, "action chunk = future_action_window_size + 1 steps"),
-            "past_action_window_size": Key(0, "past action steps (only 0 is supported)"),
-            "action_horizon": Key(8, "steps predicted at inference"),
+            "action_model_type": Key("DiT-B", "action DiT size: DiT-B (12x64) or DiT-L (32x48)", choices=("DiT-B", "DiT-L")),
+            "hidden_size": Key(2560, "width of the state encoder and action decoder MLPs", min=1),
+            "action_dim": Key(32, "action width seen by the model (equals datasets.vla_data.max_action_dim)", min=1),
+            "state_dim": Key(64, "state width seen by the model (equals datasets.vla_data.max_state_dim); 0 = no state",
+                             min=0),
+            "future_action_window_size": Key(7, "action chunk = future_action_window_size + 1 steps", min=0),
+            "past_action_window_size": Key(0, "past action steps (only 0 is supported)", choices=(0,)),
+            "action_horizon": Key(8, "steps predicted at inference (future_action_window_size + 1)", min=1),
             "add_pos_embed": Key(True, "add a learned position embedding to the action tokens"),
-            "max_seq_len": Key(1024, "size of the action position-embedding table"),
-            "noise_beta_alpha": Key(1.5, "alpha of the Beta flow-matching time distribution"),
-            "noise_beta_beta": Key(1.0, "beta of the Beta flow-matching time distribution"),
-            "noise_s": Key(0.999, "flow-matching time is Beta(alpha, beta) / noise_s"),
-            "num_timestep_buckets": Key(1000, "flow-matching time is quantised into this many buckets"),
-            "num_inference_timesteps": Key(4, "Euler steps at inference"),
+            "max_seq_len": Key(1024, "size of the action position-embedding table", min=1),
+            "noise_beta_alpha": Key(1.5, "alpha of the Beta flow-matching time distribution", min=0.0),
+            "noise_beta_beta": Key(1.0, "beta of the Beta flow-matching time distribution", min=0.0),
+            "noise_s": Key(0.999, "flow-matching time is Beta(alpha, beta) / noise_s", min=0.0, max=1.0),
+            "num_timestep_buckets": Key(1000, "flow-matching time is quantised into this many buckets", min=1),
+            "num_inference_timesteps": Key(4, "Euler steps at inference", min=1),
             "diffusion_model_cfg": {
-                "cross_attention_dim": Key(2048, "width of the backbone features the DiT attends to"),
-                "dropout": Key(0.2, "dropout in attention outputs and feed-forward"),
+                "cross_attention_dim": Key(2048, "width of the backbone features the DiT attends to", min=1),
+                "dropout": Key(0.2, "dropout in attention outputs and feed-forward", min=0.0, max=1.0),
                 "final_dropout": Key(True, "extra dropout after each attention"),
                 "interleave_self_attention": Key(True, "odd blocks self-attend, even blocks cross-attend"),
-                "norm_type": Key("ada_norm", "block normalisation (ada_norm)"),
-                "num_layers": Key(16, "number of DiT blocks"),
-                "output_dim": Key(2560, "DiT output width"),
-                "positional_embeddings": Key(None, "per-block positional embedding (null = none)"),
-                "num_attention_heads": Key(None, "override the size table's head count (tiny models)"),
-                "attention_head_dim": Key(None, "override the size table's head width (tiny models)"),
+                "norm_type": Key("ada_norm", "block normalisation (ada_norm)", choices=("ada_norm",)),
+                "num_layers": Key(16, "number of DiT blocks", min=1),
+                "output_dim": Key(2560, "DiT output width", min=1),
+                "positional_embeddings": Key(None, "per-block positional embedding (null = none)", kind="str"),
+                "num_attention_heads": Key(None, "override the size table's head count (tiny models)", kind="int", min=1),
+                "attention_head_dim": Key(None, "override the size table's head width (tiny models)", kind="int", min=1),
             },
         },
     },
     "datasets": {
         "vla_data": {
-            "dataset_py": Key("lerobot_datasets", "data loader family (only lerobot_datasets)"),
-            "data_root_dir": Key(None, "folder holding the datasets named by the mixture"),
+            "dataset_py": Key("lerobot_datasets", "data loader family", choices=("lerobot_datasets",)),
+            "data_root_dir": Key(None, "folder holding the datasets named by the mixture", kind="str"),
             "data_mix": Key("robotwin", "named mixture of datasets"),
-            "per_device_batch_size": Key(4, "samples per process per micro-step"),
-            "video_delta_indices": Key([0, 1, 2, 3, 4, 5, 6, 7], "frame offsets fetched per sample (before subsampling)"),
-            "action_video_freq_ratio": Key(1, "keep every n-th fetched frame"),
-            "max_state_dim": Key(14, "state is zero-padded to this width"),
-            "max_action_dim": Key(14, "action is zero-padded to this width"),
-            "image_size": Key(224, "each camera view is resized to image_size x image_size"),
-            "video_backend": Key("pyav", "frame decoder: pyav or torchcodec"),
-            "lerobot_version": Key("v2.0", "dataset layout: v2.0 or v2.1"),
-            "num_workers": Key(2, "DataLoader worker processes"),
-            "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)"),
-            "cache_dir": Key(None, "where statistics and step indexes are cached (default: ~/.cache/dit4dit)"),
+            "per_device_batch_size": Key(4, "samples per process per micro-step", min=1),
+            "video_delta_indices": Key([0, 1, 2, 3, 4, 5, 6, 7], "frame offsets fetched per sample (before subsampling)",
+                                       min=0),
+            "action_video_freq_ratio": Key(1, "keep every n-th fetched frame", min=1),
+            "max_state_dim": Key(64, "state is zero-padded to this width", min=0),
+            "max_action_dim": Key(32, "action is zero-padded to this width", min=1),
+            "image_size": Key(224, "each camera view is resized to image_size x image_size (the original's [h, w] "
+                              "with h == w is accepted)", kind="size", min=16),
+            "video_backend": Key("pyav", "frame decoder: pyav or torchcodec (the original's torchvision_av, decord "
+                                 "and opencv decode with pyav)", choices=VIDEO_BACKENDS, aliases=VIDEO_BACKEND_ALIASES,
+                                 alias_note="is the original's decoder; frames are decoded with"),
+            "lerobot_version": Key("v2.0", "dataset layout", choices=("v2.0", "v2.1")),
+            "num_workers": Key(2, "DataLoader worker processes", min=0),
+            "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)",
+                                    min=0),
+            "cache_dir": Key(None, "where statistics and step indexes are cached (default: ~/.cache/dit4dit)", kind="str"),
         },
     },
     "trainer": {
-        "max_train_steps": Key(100000, "optimizer steps to run"),
-        "num_warmup_steps": Key(5000, "linear learning-rate warm-up steps"),
-        "save_interval": Key(10000, "save a checkpoint every n optimizer steps"),
-        "eval_interval": Key(100, "held-out action MSE every n optimizer steps"),
-        "logging_frequency": Key(10, "log metrics every n optimizer steps"),
+        "max_train_steps": Key(100000, "optimizer steps to run", min=1),
+        "num_warmup_steps": Key(5000, "linear learning-rate warm-up steps", min=0),
+        "save_interval": Key(10000, "save a checkpoint every n optimizer steps", min=1),
+        "eval_interval": Key(100, "held-out action MSE every n optimizer steps", min=1),
+        "logging_frequency": Key(10, "log metrics every n optimizer steps", min=1),
         "learning_rate": {
-            "base": Key(1e-4, "learning rate of parameters in no named group"),
-            "backbone_interface": Key(1e-5, "learning rate of the video backbone"),
-            "action_model": Key(1e-4, "learning rate of the action head"),
+            "base": Key(1e-4, "learning rate of parameters in no named group", min=0.0),
+            "backbone_interface": Key(1e-5, "learning rate of the video backbone", min=0.0),
+            "action_model": Key(1e-4, "learning rate of the action head", min=0.0),
         },
         "lr_scheduler_type": Key("cosine_with_min_lr", "transformers scheduler name"),
         "scheduler_specific_kwargs": {
-            "min_lr": Key(5e-7, "floor of the cosine schedule (as a rate relative to learning_rate.base)"),
+            "min_lr": Key(5e-7, "floor of the cosine schedule (as a rate relative to learning_rate.base)", min=0.0),
         },
-        "freeze_modules": Key("", "comma-separated module paths that are not trained"),
-        "repeated_diffusion_steps": Key(4, "each sample is repeated this often in the action flow-matching loss"),
-        "gradient_clipping": Key(1.0, "max global gradient norm"),
-        "gradient_accumulation_steps": Key(1, "micro-steps per optimizer step"),
+        "freeze_modules": Key("", "comma-separated module paths that are not trained", nullable=True),
+        "repeated_diffusion_steps": Key(4, "each sample is repeated this often in the action flow-matching loss", min=1),
+        "gradient_clipping": Key(1.0, "max global gradient norm", min=0.0),
+        "gradient_accumulation_steps": Key(1, "micro-steps per optimizer step", min=1),
         "optimizer": {
-            "betas": Key([0.9, 0.95], "AdamW betas"),
-            "eps": Key(1e-8, "AdamW epsilon"),
-            "weight_decay": Key(1e-8, "AdamW weight decay"),
+            "betas": Key([0.9, 0.95], "AdamW betas", min=0.0, max=1.0, length=2),
+            "eps": Key(1e-8, "AdamW epsilon", min=0.0),
+            "weight_decay": Key(1e-8, "AdamW weight decay", min=0.0),
         },
         "loss_scale": {
-            "future_video": Key(1.0, "weight of the future-video loss in the total"),
+            "future_video": Key(1.0, "weight of the future-video loss in the total", min=0.0),
         },
         "is_resume": Key(False, "continue the run in output_dir from its latest training state"),
-        "pretrained_checkpoint": Key(None, "weights (.pt) to start from"),
-        "reload_modules": Key(None, "comma-separated module prefixes to load from pretrained_checkpoint (default: all)"),
+        "pretrained_checkpoint": Key(None, "weights (.pt) to start from", kind="str"),
+        "reload_modules": Key(None, "comma-separated module prefixes to load from pretrained_checkpoint (default: all)",
+                              kind="str"),
         "save_full_state_dict": Key(False, "checkpoints include frozen modules (text encoder, VAE) too"),
-        "keep_last_states": Key(2, "training states kept for resume (older ones are deleted)"),
-        "mixed_precision": Key("bf16", "autocast dtype of the train step: bf16 or no"),
+        "keep_last_states": Key(2, "training states kept for resume (older ones are deleted)", min=1),
+        "mixed_precision": Key("bf16", "autocast dtype of every autocast site: bf16, or no (fp32 throughout)",
+                               choices=("bf16", "no"), aliases={"false": "no", "fp32": "no"}),
     },
 }
+
+# Keys the original's YAMLs define but its code never reads: accepted, listed in one warning, then dropped.
+UNUSED_BY_THE_ORIGINAL = (
+    "is_debug",
+    "framework.action_model.repeated_diffusion_steps",  # the original reads trainer.repeated_diffusion_steps
+    "framework.action_model.num_target_vision_tokens",
+    "datasets.vla_data.include_state",
+    "datasets.vla_data.action_type",
+    "datasets.vla_data.default_image_resolution",
+    "datasets.vla_data.load_all_data_for_training",
+    "datasets.vla_data.obs",
+    "datasets.vla_data.delete_pause_frame",  # only part of a cache key there
+    "trainer.epochs",
+    "trainer.max_grad_norm",  # the original clips with trainer.gradient_clipping
+    "trainer.warmup_ratio",
+    "trainer.weight_decay",  # the original reads trainer.optimizer.weight_decay
+    "trainer.optimizer.name",
+    "trainer.resume_epoch",
+    "trainer.resume_step",
+    "trainer.enable_gradient_checkpointing",
+    "trainer.enable_mixed_precision_training",
+)
+# The original's launch scripts pass framework keys under this prefix; the original then ignores them.
+MISPLACED_PREFIX = "trainer."
 
 
 def _walk(node: dict, prefix: str = ""):
@@ -154,11 +202,6 @@ def _walk(node: dict, prefix: str = ""):
 KNOWN_KEYS: dict[str, Key] = dict(_walk(SCHEMA))
 
 
-def describe(path: str) -> str:
-    """The one-line meaning of a known key."""
-    return KNOWN_KEYS[path].help
-
-
 def default_config() -> DictConfig:
     def build(node: dict) -> dict:
         return {k: (v.default if isinstance(v, Key) else build(v)) for k, v in node.items()}
@@ -166,11 +209,18 @@ def default_config() -> DictConfig:
     return OmegaConf.create(build(SCHEMA))
 
 
-def _first_leaf(path: str, value: Any) -> str:
-    while isinstance(value, dict) and value:
-        name, value = next(iter(value.items()))
-        path = f"{path}.{name}"
-    return path
+def _leaves(node: Any, prefix: str = ""):
+    """(dotted path, value) of every leaf of a plain nested dict."""
+    for name, value in node.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, path + ".")
+        else:
+            yield path, value
+
+
+def _is_section(path: str) -> bool:
+    return path in OPEN_NODES or any(k.startswith(path + ".") for k in KNOWN_KEYS)
 
 
 def _closest(path: str) -> str:
@@ -178,33 +228,46 @@ def _closest(path: str) -> str:
     return difflib.get_close_matches(path, candidates, n=1, cutoff=0.0)[0]
 
 
-def check_known_keys(cfg: DictConfig | dict, source: str) -> None:
-    """Raise ConfigError for the first key in `cfg` that the schema does not know."""
+def _drop(container: dict, path: str) -> None:
+    *parents, name = path.split(".")
+    node = container
+    for part in parents:
+        node = node[part]
+    del node[name]
+    if parents and not node:
+        _drop(container, ".".join(parents))
+
+
+def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
+    """`cfg` as a plain dict without the original's unread and misplaced keys (each warned about once);
+    ConfigError for any other key the schema does not know."""
     container = OmegaConf.to_container(cfg) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
-
-    def visit(node: Any, prefix: str) -> None:
-        if not isinstance(node, dict):
-            return
-        for name, value in node.items():
-            path = f"{prefix}{name}"
-            if prefix.rstrip(".") in OPEN_NODES:
-                continue
-            if path in KNOWN_KEYS:
-                if isinstance(value, dict) and KNOWN_KEYS[path].default is not None:
-                    raise ConfigError(f"{source}: '{path}' takes a single value, not a mapping")
-                continue
-            if any(k.startswith(path + ".") for k in KNOWN_KEYS) or path in OPEN_NODES:
-                if not isinstance(value, dict):
-                    raise ConfigError(f"{source}: '{path}' is a section; set its keys, e.g. '{path}.<key>'")
-                visit(value, path + ".")
-                continue
-            leaf = _first_leaf(path, value)
-            raise ConfigError(
-                f"{source}: unknown config key '{leaf}'. Did you mean '{_closest(leaf)}'? "
-                f"(valid keys are listed in DiT4DiT/config/schema.py)"
-            )
-
-    visit(container, "")
+    unused, misplaced = [], []
+    for path, value in list(_leaves(container)):
+        if path in KNOWN_KEYS:
+            if isinstance(value, dict) and value:
+                raise ConfigError(f"{source}: '{path}' takes a single value, not a mapping")
+        elif path.startswith(tuple(p + "." for p in OPEN_NODES)):
+            continue
+        elif path in UNUSED_BY_THE_ORIGINAL or path.startswith(tuple(p + "." for p in UNUSED_BY_THE_ORIGINAL)):
+            unused.append(path)
+            _drop(container, path)
+        elif path.startswith(MISPLACED_PREFIX) and path[len(MISPLACED_PREFIX):] in KNOWN_KEYS:
+            misplaced.append(path)
+            _drop(container, path)
+        elif any(path.startswith(known + ".") for known in KNOWN_KEYS):
+            raise ConfigError(f"{source}: '{path.rsplit('.', 1)[0]}' takes a single value, not a mapping")
+        elif _is_section(path):
+            raise ConfigError(f"{source}: '{path}' is a section; set its keys, e.g. '{path}.<key>'")
+        else:
+            raise ConfigError(f"{source}: unknown config key '{path}'. Did you mean '{_closest(path)}'? "
+                              f"(valid keys are listed in DiT4DiT/config/schema.py)")
+    if unused:
+        warnings.warn(f"{source}: not used, as in the original: {', '.join(unused)}", OriginalKeysWarning, stacklevel=3)
+    for path in misplaced:
+        warnings.warn(f"{source}: '{path}' is not a key (the original ignores it, and so does this run); "
+                      f"the key is '{path[len(MISPLACED_PREFIX):]}'", OriginalKeysWarning, stacklevel=3)
+    return container
 
 
 def normalize_cli_overrides(tokens: list[str]) -> list[str]:
@@ -228,48 +291,32 @@ def normalize_cli_overrides(tokens: list[str]) -> list[str]:
     return items
 
 
-def _coerce(path: str, value: Any) -> Any:
-    """A value of the type the key's default has (YAML/CLI give '1e-4' or 'inf' as text), or a ConfigError."""
-    default = KNOWN_KEYS[path].default
-    if value is None or default is None or isinstance(default, (str, list)):
-        return value
-    kind = type(default)
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}: expected true or false, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{path}: expected a number, got {value!r}") from None
-    if kind is int:
-        if not number.is_integer():
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
-        return int(number)
-    return number
-
-
-def _coerce_types(cfg: DictConfig) -> None:
-    for path in KNOWN_KEYS:
+def _typed(cfg: DictConfig) -> None:
+    """Every value takes its key's type (or a ConfigError names the key); aliases are noted once each."""
+    for path, key in KNOWN_KEYS.items():
         value = OmegaConf.select(cfg, path)
-        coerced = _coerce(path, value)
-        if coerced is not value:
-            OmegaConf.update(cfg, path, coerced)
+        typed, note = coerce(path, key, OmegaConf.to_object(value) if isinstance(value, ListConfig) else value)
+        if note:
+            warnings.warn(note, OriginalKeysWarning, stacklevel=3)
+        OmegaConf.update(cfg, path, typed)
+    for node, key in OPEN_NODES.items():
+        for name, value in OmegaConf.select(cfg, node).items():
+            OmegaConf.update(cfg, f"{node}.{name}", coerce(f"{node}.{name}", key, value)[0])
 
 
 def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
-    """Defaults, then the YAML file, then CLI dotlist overrides; every key checked against the schema."""
+    """Defaults, then the YAML file, then CLI dotlist overrides; every key typed and every rule checked."""
+    from DiT4DiT.config.validate import check_rules  # validate reads the key tree defined here
+
     cfg = default_config()
     if config_yaml is not None:
         path = Path(config_yaml)
         if not path.is_file():
             raise ConfigError(f"--config_yaml {path}: no such file; pass a YAML such as DiT4DiT/config/tiny/dit4dit_tiny.yaml")
-        file_cfg = OmegaConf.load(path)
-        check_known_keys(file_cfg, str(path))
-        cfg = OmegaConf.merge(cfg, file_cfg)
+        cfg = OmegaConf.merge(cfg, accept_known_keys(OmegaConf.load(path), str(path)))
     if overrides:
-        cli_cfg = OmegaConf.from_dotlist(overrides)
-        check_known_keys(cli_cfg, "command line")
-        cfg = OmegaConf.merge(cfg, cli_cfg)
-    _coerce_types(cfg)
+        cfg = OmegaConf.merge(cfg, accept_known_keys(OmegaConf.from_dotlist(overrides), "command line"))
+    _typed(cfg)
+    cfg.output_dir = str(Path(cfg.run_root_dir) / cfg.run_id)
+    check_rules(cfg)
     return cfg

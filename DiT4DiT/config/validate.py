@@ -1,4 +1,7 @@
-"""Cross-key checks of a resolved config, run once before any process group or model exists."""
+"""Rules between keys, checked when a config loads, and the checks of a training launch's folders and files.
+
+Single-key rules (type, choices, bounds) are declared with each key in DiT4DiT/config/schema.py.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.config.errors import ConfigError
 
-TRAINING_MODES = ("joint", "action", "video")
-TRACKERS = ("jsonl", "wandb")
+# Cosmos patchifies latents 2x2 after the VAE's 8x spatial factor.
+FRAME_SIDE_MULTIPLE = 16
 
 
 def _require(condition: bool, message: str) -> None:
@@ -17,21 +20,65 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def has_action_head(cfg: DictConfig) -> bool:
+    return cfg.framework.cosmos25.training != "video"
+
+
 def check_action_dims(cfg: DictConfig) -> None:
     """The action head is built at the padded widths: the data loader pads to max_*_dim before the model."""
     head, data = cfg.framework.action_model, cfg.datasets.vla_data
-    _require(int(head.action_dim) == int(data.max_action_dim),
+    _require(head.action_dim == data.max_action_dim,
              f"framework.action_model.action_dim={head.action_dim} must equal "
              f"datasets.vla_data.max_action_dim={data.max_action_dim} (actions are padded to that width)")
-    _require(not head.state_dim or int(head.state_dim) == int(data.max_state_dim),
+    _require(not head.state_dim or head.state_dim == data.max_state_dim,
              f"framework.action_model.state_dim={head.state_dim} must equal "
              f"datasets.vla_data.max_state_dim={data.max_state_dim} (or 0 for no state)")
 
 
-def validate_training_config(cfg: DictConfig) -> list[str]:
-    """Raise ConfigError with what to set for the first problem found; return warnings for odd but legal values."""
+def check_rules(cfg: DictConfig) -> None:
+    """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
+    if has_action_head(cfg):
+        check_action_dims(cfg)
+        _require(head.action_horizon == head.future_action_window_size + 1,
+                 f"framework.action_model.action_horizon ({head.action_horizon}) must equal "
+                 f"future_action_window_size + 1 ({head.future_action_window_size + 1}): the eval compares "
+                 "predicted chunks with data chunks of that length")
+        dit = head.diffusion_model_cfg
+        _require(dit.cross_attention_dim == cosmos.vl_hidden_dim,
+                 f"framework.action_model.diffusion_model_cfg.cross_attention_dim={dit.cross_attention_dim} must equal "
+                 f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} (the DiT attends to the backbone features)")
+        _require(dit.output_dim == head.hidden_size,
+                 f"framework.action_model.diffusion_model_cfg.output_dim={dit.output_dim} must equal "
+                 f"framework.action_model.hidden_size={head.hidden_size} (the action decoder reads the DiT output)")
+        _require(not head.add_pos_embed or head.action_horizon <= head.max_seq_len,
+                 f"framework.action_model.max_seq_len={head.max_seq_len} is shorter than the action chunk "
+                 f"({head.action_horizon}); raise it")
+        _require((dit.num_attention_heads is None) == (dit.attention_head_dim is None),
+                 "framework.action_model.diffusion_model_cfg.num_attention_heads and attention_head_dim override the "
+                 "size table together: set both or neither")
+        _require(dit.positional_embeddings is None,
+                 "framework.action_model.diffusion_model_cfg.positional_embeddings: only null is supported")
+    fm = cosmos.flow_matching
+    _require(not fm.high_sigma_ratio or fm.high_sigma_min is not None,
+             f"framework.cosmos25.flow_matching.high_sigma_min is null but high_sigma_ratio={fm.high_sigma_ratio}; "
+             "set high_sigma_min (e.g. 0.98) or set high_sigma_ratio to null")
+    _require(data.image_size % FRAME_SIDE_MULTIPLE == 0,
+             f"datasets.vla_data.image_size={data.image_size}: Cosmos needs frame sides that are multiples of "
+             f"{FRAME_SIDE_MULTIPLE}; use e.g. {max(FRAME_SIDE_MULTIPLE, data.image_size // FRAME_SIDE_MULTIPLE * FRAME_SIDE_MULTIPLE)}")
+    _require(len(data.video_delta_indices) >= 1, "datasets.vla_data.video_delta_indices: give at least one frame offset")
+    _require(trainer.save_interval <= trainer.max_train_steps,
+             f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
+             f"{trainer.max_train_steps}): no intermediate checkpoint would ever be written. "
+             f"Set --trainer.save_interval to at most {trainer.max_train_steps}")
+    _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
+             "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
+             "own training state; unset one of them")
 
+
+def validate_training_config(cfg: DictConfig) -> list[str]:
+    """The folders and files a training launch reads exist (ConfigError otherwise); warnings for odd but legal values."""
+    cosmos, data, trainer = cfg.framework.cosmos25, cfg.datasets.vla_data, cfg.trainer
     _require(cosmos.base_model is not None, "framework.cosmos25.base_model is not set: pass --framework.cosmos25.base_model DIR "
              "(a local Cosmos-Predict2.5 diffusers folder)")
     _require(Path(cosmos.base_model).is_dir(), f"framework.cosmos25.base_model: folder '{cosmos.base_model}' does not exist. "
@@ -39,37 +86,11 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
              f"--local-dir {cosmos.base_model}  (or generate the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out {cosmos.base_model})")
     _require(data.data_root_dir is not None, "datasets.vla_data.data_root_dir is not set: pass --datasets.vla_data.data_root_dir DIR")
     _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
-
-    mode = str(cosmos.training).lower()
-    _require(mode in TRAINING_MODES, f"framework.cosmos25.training: '{cosmos.training}' is not one of {list(TRAINING_MODES)}")
-    _require(set(cfg.trackers) <= set(TRACKERS), f"trackers: {list(cfg.trackers)} has an unknown tracker; valid: {list(TRACKERS)}")
-    _require(trainer.mixed_precision in ("bf16", "no"), f"trainer.mixed_precision: '{trainer.mixed_precision}' must be bf16 or no")
-
-    for key in ("max_train_steps", "save_interval", "eval_interval", "logging_frequency", "gradient_accumulation_steps",
-                "repeated_diffusion_steps", "keep_last_states"):
-        _require(int(trainer[key]) >= 1, f"trainer.{key}: must be a positive integer, got {trainer[key]}")
-    _require(int(data.per_device_batch_size) >= 1,
-             f"datasets.vla_data.per_device_batch_size: must be a positive integer, got {data.per_device_batch_size}")
-    _require(trainer.save_interval <= trainer.max_train_steps,
-             f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
-             f"{trainer.max_train_steps}): no intermediate checkpoint would ever be written. "
-             f"Set --trainer.save_interval to at most {trainer.max_train_steps}")
+    if trainer.pretrained_checkpoint:
+        _require(Path(trainer.pretrained_checkpoint).is_file(),
+                 f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
     warnings = []
     if trainer.num_warmup_steps > trainer.max_train_steps:
         warnings.append(f"trainer.num_warmup_steps ({trainer.num_warmup_steps}) exceeds trainer.max_train_steps "
                         f"({trainer.max_train_steps}): the learning rate never reaches its peak in this run")
-
-    if mode != "video":
-        check_action_dims(cfg)
-        _require(head.action_horizon == head.future_action_window_size + 1,
-                 f"framework.action_model.action_horizon ({head.action_horizon}) must equal "
-                 f"future_action_window_size + 1 ({head.future_action_window_size + 1}): the eval compares "
-                 "predicted chunks with data chunks of that length")
-    _require(head.past_action_window_size == 0, "framework.action_model.past_action_window_size: only 0 is supported")
-    if trainer.is_resume and trainer.pretrained_checkpoint:
-        raise ConfigError("trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
-                          "own training state; unset one of them")
-    if trainer.pretrained_checkpoint:
-        _require(Path(trainer.pretrained_checkpoint).is_file(),
-                 f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
     return warnings

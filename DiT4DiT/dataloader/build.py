@@ -22,29 +22,16 @@ from DiT4DiT.dataloader.video import frame_decoder
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "eval")
-LAYOUT_VERSIONS = ("v2.0", "v2.1")
 
 
 def _sample_shape(cfg) -> SampleShape:
     vla = cfg.datasets.vla_data
-    if vla.dataset_py != "lerobot_datasets":
-        raise ConfigError(f"datasets.vla_data.dataset_py={vla.dataset_py!r}: only 'lerobot_datasets' exists")
-    if vla.lerobot_version not in LAYOUT_VERSIONS:
-        raise ConfigError(f"datasets.vla_data.lerobot_version={vla.lerobot_version!r}: supported layouts are "
-                          f"{list(LAYOUT_VERSIONS)}; convert v3.0 datasets to v2.1 first")
-    offsets = [int(i) for i in vla.video_delta_indices]
-    ratio = int(vla.action_video_freq_ratio)
-    if not offsets or ratio < 1:
-        raise ConfigError("datasets.vla_data.video_delta_indices must be a non-empty list and "
-                          "datasets.vla_data.action_video_freq_ratio >= 1")
-    if int(vla.image_size) < 1 or int(vla.holdout_episodes) < 0:
-        raise ConfigError("datasets.vla_data.image_size must be >= 1 and datasets.vla_data.holdout_episodes >= 0")
     return SampleShape(
-        video_offsets=tuple(offsets[::ratio]),
-        action_horizon=int(cfg.framework.action_model.future_action_window_size) + 1,
-        image_size=int(vla.image_size),
-        max_state_dim=int(vla.max_state_dim),
-        max_action_dim=int(vla.max_action_dim),
+        video_offsets=tuple(vla.video_delta_indices[:: vla.action_video_freq_ratio]),
+        action_horizon=cfg.framework.action_model.future_action_window_size + 1,
+        image_size=vla.image_size,
+        max_state_dim=vla.max_state_dim,
+        max_action_dim=vla.max_action_dim,
     )
 
 
@@ -155,7 +142,7 @@ def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
         index = load_index(layout, numeric, steps.language_column, cache_dir)
         check_widths(layout, index, steps.slices())
         _check_widths_fit(config, steps, shape)
-        steps.select_episodes(_split_episodes(layout, int(vla.holdout_episodes), split), index.lengths)
+        steps.select_episodes(_split_episodes(layout, vla.holdout_episodes, split), index.lengths)
         missing = steps.missing_videos()
         if missing:
             raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
@@ -168,4 +155,4 @@ def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
         statistics[tag], normalizers[tag] = _tag_statistics([m for m in indexed if m[0].config.embodiment_tag == tag])
     instructions = [steps.layout.tasks[t] for steps, index in indexed for tasks in index.episode_tasks.values()
                     for t in tasks]
-    return MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, int(cfg.seed), decode)
+    return MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, cfg.seed, decode)

@@ -11,8 +11,6 @@ import numpy as np
 
 from DiT4DiT.dataloader.errors import DataError
 
-VIDEO_BACKENDS = ("pyav", "torchcodec")
-
 
 def frame_tolerance(fps: float) -> float:
     """How far the nearest frame may lie from a requested timestamp.
@@ -129,10 +127,5 @@ def decode_torchcodec(path: Path, timestamps: np.ndarray, *, fps: float, episode
 
 
 def frame_decoder(backend: str):
-    """The decode function of a backend name (`datasets.vla_data.video_backend`)."""
-    decoders = {"pyav": decode_pyav, "torchcodec": decode_torchcodec}
-    if backend not in decoders:
-        from DiT4DiT.config.schema import ConfigError
-
-        raise ConfigError(f"datasets.vla_data.video_backend={backend!r} is unknown; use one of {list(VIDEO_BACKENDS)}")
-    return decoders[backend]
+    """The decode function of `datasets.vla_data.video_backend` (its names are checked when the config loads)."""
+    return {"pyav": decode_pyav, "torchcodec": decode_torchcodec}[backend]

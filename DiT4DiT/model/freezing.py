@@ -12,6 +12,11 @@ def module_paths(text: str | None) -> list[str]:
     return [p.strip() for p in str(text or "").split(",") if p.strip()]
 
 
+def left_out_of_checkpoints(cfg) -> list[str]:
+    """Module paths a run's checkpoints leave out: its frozen modules, unless it saves full state dicts."""
+    return [] if cfg.trainer.save_full_state_dict else module_paths(cfg.trainer.freeze_modules)
+
+
 def freeze_modules(model: nn.Module, paths: str | None) -> list[str]:
     """Set requires_grad=False on every parameter under each path; return the paths frozen.
 

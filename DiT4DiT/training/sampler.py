@@ -7,17 +7,19 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from DiT4DiT.config.errors import ConfigError
+
 
 class ResumableBatchSampler:
     """Shuffles the index space per epoch and gives each rank its own shard of every global batch.
 
     The position in the data follows from the number of micro-batches already consumed, so resuming needs
-    nothing but that count: `batches(start_micro_step)` skips to it without loading any sample.
+    nothing but that count: `iterate_batches(..., start_micro_step, ...)` skips to it without loading any sample.
     """
 
     def __init__(self, dataset_len: int, batch_size: int, rank: int, world_size: int, seed: int):
         if dataset_len < batch_size * world_size:
-            raise ValueError(
+            raise ConfigError(
                 f"the dataset has {dataset_len} samples, fewer than one global batch "
                 f"({batch_size} per process x {world_size} processes); lower datasets.vla_data.per_device_batch_size"
             )

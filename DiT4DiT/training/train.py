@@ -18,6 +18,8 @@ import resource
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +30,10 @@ from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set
 from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
-from DiT4DiT.config.validate import validate_training_config
+from DiT4DiT.config.validate import has_action_head, validate_training_config
 from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
-from DiT4DiT.model.freezing import freeze_modules, module_paths
+from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
@@ -92,18 +94,53 @@ def compose_loss(losses: dict[str, torch.Tensor], cfg: DictConfig) -> torch.Tens
     return total
 
 
-def train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, step, batch_position) -> dict[str, float]:
+@dataclass
+class Run:
+    """What set-up hands to the loop: the prepared model, optimizer and schedule, the data, where to write."""
+
+    cfg: DictConfig
+    accelerator: Accelerator
+    model: torch.nn.Module  # as prepared by accelerate (DDP module or DeepSpeed engine)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: ResumableBatchSampler
+    start_step: int = 0
+    left_out: list[str] = field(default_factory=list)  # module paths the checkpoints leave out
+    batches: Iterator[list[dict]] | None = None
+    eval_batch: list[dict] | None = None
+    logger: MetricsLogger | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.output_dir)
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def unwrapped(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+
+def bf16_autocast(cfg: DictConfig) -> bool:
+    """The step's bf16 autocast runs when mixed precision asks for it and the autocast's device exists."""
+    return cfg.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
+
+
+def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str, float]:
     """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics."""
+    model, accelerator, cfg = run.model, run.accelerator, run.cfg
     metrics: dict[str, float] = defaultdict(float)
     n_micro = len(micro_batches)
     for micro, batch in enumerate(micro_batches):
         with accelerator.accumulate(model):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.trainer.mixed_precision == "bf16"):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16_autocast(cfg)):
                 losses = model(batch)
             total = compose_loss(losses, cfg)
             finite = accelerator.gather(torch.isfinite(total.detach()).reshape(1)).all()
             if not finite:
-                epoch, index = batch_position(micro)
+                epoch, index = run.sampler.position(step * n_micro + micro)
                 values = {k: float(v) for k, v in losses.items()}
                 raise TrainingError(
                     f"non-finite loss at optimizer step {step + 1}, micro-batch {micro} (epoch {epoch}, batch {index} "
@@ -117,9 +154,9 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, ste
                 else:
                     grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clipping)
                 metrics["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                run.optimizer.step()
+                run.scheduler.step()
+                run.optimizer.zero_grad(set_to_none=True)
         for name, value in losses.items():
             metrics[name] += float(value) / n_micro
         metrics["total_loss"] += float(total) / n_micro
@@ -145,17 +182,18 @@ def peak_memory_mb(device: torch.device) -> dict[str, float]:
     return stats
 
 
-def banner(cfg, accelerator, model, train_set, start_step, run_dir) -> None:
-    params = list(model.parameters())
+def banner(run: Run, train_set) -> None:
+    cfg, accelerator = run.cfg, run.accelerator
+    params = list(run.unwrapped.parameters())
     trainable = sum(p.numel() for p in params if p.requires_grad)
     total = sum(p.numel() for p in params)
-    batch = cfg.datasets.vla_data.per_device_batch_size
+    batch, accumulation = cfg.datasets.vla_data.per_device_batch_size, cfg.trainer.gradient_accumulation_steps
     log.info(
         "run dir %s | %d process(es), %s | batch %d/process x %d processes x %d accumulation = %d samples/step | "
         "%d training samples | parameters: %.2fM trainable of %.2fM | mode %s | steps %d -> %d",
-        run_dir, accelerator.num_processes, accelerator.distributed_type.value, batch, accelerator.num_processes,
-        cfg.trainer.gradient_accumulation_steps, batch * accelerator.num_processes * cfg.trainer.gradient_accumulation_steps,
-        len(train_set), trainable / 1e6, total / 1e6, cfg.framework.cosmos25.training, start_step, cfg.trainer.max_train_steps,
+        run.run_dir, accelerator.num_processes, accelerator.distributed_type.value, batch, accelerator.num_processes,
+        accumulation, batch * accelerator.num_processes * accumulation, len(train_set), trainable / 1e6, total / 1e6,
+        cfg.framework.cosmos25.training, run.start_step, cfg.trainer.max_train_steps,
     )
 
 
@@ -176,117 +214,139 @@ def find_resume_state(cfg: DictConfig, checkpoints_dir: Path, num_processes: int
     return states[-1], trainer_state
 
 
-def restore_training_state(state: Path, model, optimizer, scheduler, accelerator: Accelerator) -> None:
+def restore_training_state(run: Run, state: Path) -> None:
     """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
+    accelerator = run.accelerator
     if is_deepspeed(accelerator):
-        model.load_checkpoint(str(state), tag="deepspeed", load_module_strict=False)
+        run.model.load_checkpoint(str(state), tag="deepspeed", load_module_strict=False)
     else:
-        optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
-    scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
-    ckpt.load_rank_rng(state, accelerator.process_index, accelerator.device)
+        run.optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
+    run.scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
+    try:
+        ckpt.load_rank_rng(state, accelerator.process_index, accelerator.device)
+    except FileNotFoundError as error:  # raised on purpose: this rank has no RNG state in a smaller run's state
+        raise TrainingError(str(error)) from None
 
 
 def due(done: int, interval: int, last: int) -> bool:
     return done % interval == 0 or done == last
 
 
-def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
-    run_dir = Path(cfg.run_root_dir) / cfg.run_id
-    cfg.output_dir = str(run_dir)
-    checkpoints_dir = run_dir / "checkpoints"
-    is_main, rank = accelerator.is_main_process, accelerator.process_index
-    trainer_cfg, data_cfg = cfg.trainer, cfg.datasets.vla_data
-    resume = find_resume_state(cfg, checkpoints_dir, accelerator.num_processes)
-    start_step = resume[1]["step"] if resume else 0
-
-    # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
-    set_seed(cfg.seed)
-    train_set = build_vla_dataset(cfg, split="train")
-    eval_set = build_vla_dataset(cfg, split="eval") if model_has_action_head(cfg) else None
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
-        ckpt.save_config(cfg, run_dir / "config.yaml")
+def build_model(cfg: DictConfig, resume: tuple[Path, dict] | None, deepspeed: bool) -> tuple[torch.nn.Module, list[str]]:
+    """The framework with its frozen modules, warm-started or resumed; also the module paths checkpoints leave out."""
     model = build_framework(cfg)
-    frozen = freeze_modules(model, trainer_cfg.freeze_modules)
-    left_out_of_checkpoints = [] if trainer_cfg.save_full_state_dict else frozen
-    if trainer_cfg.pretrained_checkpoint:
+    frozen = freeze_modules(model, cfg.trainer.freeze_modules)
+    if cfg.trainer.pretrained_checkpoint:
         load_pretrained(model, cfg, frozen)
-    if resume and not is_deepspeed(accelerator):  # DeepSpeed restores weights with its own state
-        weights = checkpoints_dir / resume[1]["weights"]
+    if resume and not deepspeed:  # DeepSpeed restores weights with its own state
+        weights = Path(cfg.output_dir) / "checkpoints" / resume[1]["weights"]
         load_trained_weights(model, ckpt.load_weights(weights), weights, may_be_missing=prefixes(frozen))
+    return model, left_out_of_checkpoints(cfg)
 
-    optimizer = torch.optim.AdamW(
+
+def build_optimizer(model: torch.nn.Module, trainer_cfg: DictConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
         build_param_groups(model, trainer_cfg.learning_rate),
         lr=trainer_cfg.learning_rate.base,
         betas=tuple(trainer_cfg.optimizer.betas),
         eps=trainer_cfg.optimizer.eps,
         weight_decay=trainer_cfg.optimizer.weight_decay,
     )
-    scheduler = build_lr_scheduler(optimizer, trainer_cfg)
+
+
+def cache_prompts(model: torch.nn.Module, datasets: list) -> None:
+    """Every instruction is encoded once, up front, on the device."""
+    model.cache_prompts(sorted({text for dataset in datasets for text in dataset.instructions()}))
+    text_encoder = model.backbone_interface.extractor.text_encoder
+    if not any(p.requires_grad for p in text_encoder.parameters()):
+        # Frozen and fully cached, it never runs again: its weights (~16 GB for the 2B snapshot's
+        # 7B text encoder) go back to host memory, where a cache miss can still use it.
+        text_encoder.to("cpu")
+
+
+def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
+    """Data, model, optimizer and schedule, restored from the latest training state when resuming."""
+    run_dir, is_main = Path(cfg.output_dir), accelerator.is_main_process
+    resume = find_resume_state(cfg, run_dir / "checkpoints", accelerator.num_processes)
+    # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
+    set_seed(cfg.seed)
+    train_set = build_vla_dataset(cfg, split="train")
+    batch_size = cfg.datasets.vla_data.per_device_batch_size
+    sampler = ResumableBatchSampler(len(train_set), batch_size, accelerator.process_index, accelerator.num_processes, cfg.seed)
+    eval_set = build_vla_dataset(cfg, split="eval") if has_action_head(cfg) else None
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
+        ckpt.save_config(cfg, run_dir / "config.yaml")
+    model, left_out = build_model(cfg, resume, is_deepspeed(accelerator))
+    optimizer = build_optimizer(model, cfg.trainer)
+    scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
+    run = Run(cfg, accelerator, model, optimizer, scheduler, sampler, resume[1]["step"] if resume else 0, left_out)
     if cfg.framework.cosmos25.prompt_cache:
-        # Every instruction is encoded once, up front, on the device.
-        instructions = set(train_set.instructions()) | set(eval_set.instructions() if eval_set else [])
-        unwrapped.cache_prompts(sorted(instructions))
-        text_encoder = unwrapped.backbone_interface.extractor.text_encoder
-        if not any(p.requires_grad for p in text_encoder.parameters()):
-            # Frozen and fully cached, it never runs again: its weights (~16 GB for the 2B snapshot's
-            # 7B text encoder) go back to host memory, where a cache miss can still use it.
-            text_encoder.to("cpu")
+        cache_prompts(run.unwrapped, [train_set] + ([eval_set] if eval_set else []))
     if resume:
-        restore_training_state(resume[0], model, optimizer, scheduler, accelerator)
-        log.info("resumed from %s at step %d", resume[0], start_step)
+        restore_training_state(run, resume[0])
+        log.info("resumed from %s at step %d", resume[0], run.start_step)
     else:
-        set_seed(cfg.seed + rank)
-
-    accumulation, batch_size, last = trainer_cfg.gradient_accumulation_steps, data_cfg.per_device_batch_size, trainer_cfg.max_train_steps
-    sampler = ResumableBatchSampler(len(train_set), batch_size, rank, accelerator.num_processes, cfg.seed)
-    batches = iterate_batches(train_set, sampler, start_step * accumulation, data_cfg.num_workers, collate_fn)
-    eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None and is_main else None
-    logger = None
+        set_seed(cfg.seed + accelerator.process_index)
+    start_micro_step = run.start_step * cfg.trainer.gradient_accumulation_steps
+    run.batches = iterate_batches(train_set, sampler, start_micro_step, cfg.datasets.vla_data.num_workers, collate_fn)
     if is_main:
+        run.eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None else None
         if resume:
-            trim_metrics(run_dir, start_step)
-        logger = MetricsLogger(cfg, run_dir, start_step)
-        banner(cfg, accelerator, unwrapped, train_set, start_step, run_dir)
+            trim_metrics(run_dir, run.start_step)
+        run.logger = MetricsLogger(cfg, run_dir, run.start_step)
+        banner(run, train_set)
+    return run
 
+
+def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
+    run = set_up(cfg, accelerator)
+    trainer, last = cfg.trainer, cfg.trainer.max_train_steps
     with contextlib.ExitStack() as cleanup:
-        if logger is not None:
-            cleanup.callback(logger.close)
-        for step in range(start_step, last):
+        if run.logger is not None:
+            cleanup.callback(run.logger.close)
+        for step in range(run.start_step, last):
             data_start = time.perf_counter()
-            micro_batches = [next(batches) for _ in range(accumulation)]
+            micro_batches = [next(run.batches) for _ in range(trainer.gradient_accumulation_steps)]
             model_start = time.perf_counter()
-            position = lambda micro, step=step: sampler.position(step * accumulation + micro)  # noqa: E731
-            values = train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, step, position)
+            values = train_step(run, micro_batches, step)
             done = step + 1
-            if logger is not None:
+            if run.logger is not None:
                 values["data_time"], values["model_time"] = model_start - data_start, time.perf_counter() - model_start
-                logger.record(values, samples=batch_size * accumulation * accelerator.num_processes)
-                logger.advance(done)
-                if due(done, trainer_cfg.logging_frequency, last):
-                    lrs = {f"learning_rate/{g['name']}": g["lr"] for g in optimizer.param_groups}
-                    epoch = {"epoch": sampler.position(done * accumulation)[0]}
-                    logger.flush(done, lrs | peak_memory_mb(accelerator.device) | epoch)
-            if eval_batch is not None and due(done, trainer_cfg.eval_interval, last):
-                logger.log({"step": done, "eval_action_mse": eval_action_mse(unwrapped, eval_batch)})
-            if due(done, trainer_cfg.save_interval, last):
-                save_training_checkpoint(
-                    cfg, accelerator, model, optimizer, scheduler, checkpoints_dir, done, left_out_of_checkpoints
-                )
-
-        checksums = replica_weight_checksums(accelerator, unwrapped)
-        if is_main:
-            logger.log({"step": last, "replica_weight_checksums": checksums})
-            final = ckpt.weights_to_save(accelerator.get_state_dict(model), left_out_of_checkpoints)
-            ckpt.save_weights(final, run_dir / "final_model" / "pytorch_model.pt")
-    if is_main:
-        plot_loss_curve(run_dir)
-        log.info("done: %s", run_dir)
+                log_step(run, values, done)
+            if run.eval_batch is not None and due(done, trainer.eval_interval, last):
+                run.logger.log({"step": done, "eval_action_mse": eval_action_mse(run.unwrapped, run.eval_batch)})
+            if due(done, trainer.save_interval, last):
+                save_training_checkpoint(run, done)
+        save_final_model(run)
+    if accelerator.is_main_process:
+        plot_loss_curve(run.run_dir)
+        log.info("done: %s", run.run_dir)
     accelerator.wait_for_everyone()
-    return run_dir
+    return run.run_dir
+
+
+def log_step(run: Run, values: dict[str, float], done: int) -> None:
+    """Main process: the step's values into the window; every logging_frequency steps, one metrics record."""
+    cfg, accumulation = run.cfg, run.cfg.trainer.gradient_accumulation_steps
+    samples = cfg.datasets.vla_data.per_device_batch_size * accumulation * run.accelerator.num_processes
+    run.logger.record(values, samples=samples)
+    run.logger.advance(done)
+    if due(done, cfg.trainer.logging_frequency, cfg.trainer.max_train_steps):
+        lrs = {f"learning_rate/{g['name']}": g["lr"] for g in run.optimizer.param_groups}
+        epoch = {"epoch": run.sampler.position(done * accumulation)[0]}
+        run.logger.flush(done, lrs | peak_memory_mb(run.accelerator.device) | epoch)
+
+
+def save_final_model(run: Run) -> None:
+    """Checks that the replicas agree, then writes final_model/pytorch_model.pt (collective: every rank calls it)."""
+    checksums = replica_weight_checksums(run.accelerator, run.unwrapped)
+    if run.accelerator.is_main_process:
+        run.logger.log({"step": run.cfg.trainer.max_train_steps, "replica_weight_checksums": checksums})
+        final = ckpt.weights_to_save(run.accelerator.get_state_dict(run.model), run.left_out)
+        ckpt.save_weights(final, run.run_dir / "final_model" / "pytorch_model.pt")
 
 
 def replica_weight_checksums(accelerator: Accelerator, model: torch.nn.Module) -> list[float]:
@@ -296,10 +356,6 @@ def replica_weight_checksums(accelerator: Accelerator, model: torch.nn.Module) -
     if len(set(checksums)) > 1:
         raise TrainingError(f"the ranks ended with different weights (checksums {checksums}); this is a bug, please report it")
     return checksums
-
-
-def model_has_action_head(cfg: DictConfig) -> bool:
-    return str(cfg.framework.cosmos25.training).lower() != "video"
 
 
 def fixed_eval_batch(eval_set, batch_size: int, seed: int) -> list[dict]:
@@ -333,32 +389,31 @@ def load_pretrained(model: torch.nn.Module, cfg: DictConfig, frozen: list[str]) 
     log.info("loaded %d tensors from %s", len(state), path)
 
 
-def save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, checkpoints_dir: Path, step: int,
-                             left_out: list[str]) -> None:
-    """Weights (main process) and the full training state (every rank), each published atomically."""
+def save_training_checkpoint(run: Run, step: int) -> None:
+    """Collective (every rank calls it): weights from the main process, every rank's share of the training state,
+    each published atomically."""
+    accelerator, checkpoints_dir = run.accelerator, run.checkpoints_dir
     is_main = accelerator.is_main_process
     staging = ckpt.staging_dir(checkpoints_dir, step)
     weights_name = ckpt.weights_path(checkpoints_dir, step).name
     if is_main:
-        state_dict = accelerator.get_state_dict(model)
-        kept = ckpt.weights_to_save(state_dict, left_out)
+        kept = ckpt.weights_to_save(accelerator.get_state_dict(run.model), run.left_out)
         ckpt.save_weights(kept, checkpoints_dir / weights_name)
-        ckpt.append_summary(Path(cfg.output_dir), step)
-        ckpt.save_config(cfg, Path(cfg.output_dir) / "config.yaml")
+        ckpt.append_summary(run.run_dir, step)
         ckpt.discard_partial(staging)
     accelerator.wait_for_everyone()
     if is_deepspeed(accelerator):
-        model.save_checkpoint(str(staging), tag="deepspeed", exclude_frozen_parameters=True)
-        ckpt.save_rank_state(staging, accelerator.process_index, accelerator.device, scheduler=scheduler if is_main else None)
+        run.model.save_checkpoint(str(staging), tag="deepspeed", exclude_frozen_parameters=True)
+        ckpt.save_rank_state(staging, accelerator.process_index, accelerator.device, scheduler=run.scheduler if is_main else None)
     else:
         ckpt.save_rank_state(
             staging, accelerator.process_index, accelerator.device,
-            optimizer=optimizer if is_main else None, scheduler=scheduler if is_main else None,
+            optimizer=run.optimizer if is_main else None, scheduler=run.scheduler if is_main else None,
         )
     accelerator.wait_for_everyone()
     if is_main:
         trainer_state = {"step": step, "weights": weights_name, "num_processes": accelerator.num_processes}
-        ckpt.publish_state(checkpoints_dir, step, trainer_state, keep_last=cfg.trainer.keep_last_states)
+        ckpt.publish_state(checkpoints_dir, step, trainer_state, keep_last=run.cfg.trainer.keep_last_states)
     accelerator.wait_for_everyone()
 
 
@@ -375,7 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = build_accelerator(cfg)
     try:
         train(cfg, accelerator)
-    except (ConfigError, DataError, TrainingError, CheckpointMismatchError, FileNotFoundError) as error:
+    except ConfigError as error:  # the same on every rank: said once
+        if accelerator.is_main_process:
+            print(f"config error: {error}", file=sys.stderr)
+        return 2
+    except (DataError, TrainingError, CheckpointMismatchError) as error:
         prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
         print(f"{prefix}{type(error).__name__}: {error}", file=sys.stderr)
         return 1

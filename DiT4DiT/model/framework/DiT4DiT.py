@@ -2,6 +2,8 @@
 flow-matching loss trains the video transformer alongside.
 
 This file is CUDA-first, like the original: the NPU patch rewrites its four torch.autocast("cuda", ...) sites.
+`trainer.mixed_precision` governs all four, and they are entered enabled only where the device they name exists
+(elsewhere torch would warn on every step and disable them anyway).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import torch
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError, load_config
-from DiT4DiT.config.validate import check_action_dims
+from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.model.framework import build_framework, register_framework
+from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.weights import load_trained_weights
@@ -35,15 +38,12 @@ class DiT4DiT(nn.Module):
         super().__init__()
         self.config = config
         self.norm_stats = None
-        self.repeated_diffusion_steps = int(config.trainer.repeated_diffusion_steps)
+        self.repeated_diffusion_steps = config.trainer.repeated_diffusion_steps
         action_cfg = config.framework.action_model
-        self.chunk_len = int(action_cfg.future_action_window_size) + 1
-        # The head is built first so that its config errors come before the backbone's weights load; the
-        # backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = None
-        if str(config.framework.cosmos25.training).lower() != "video":
-            check_action_dims(config)
-            head = build_action_head(action_cfg, int(config.framework.cosmos25.vl_hidden_dim))
+        self.chunk_len = action_cfg.future_action_window_size + 1
+        self.autocast_enabled = config.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
+        # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
+        head = build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim) if has_action_head(config) else None
         self.backbone_interface = CosmosBackboneInterface(config)
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
@@ -79,7 +79,7 @@ class DiT4DiT(nn.Module):
         """Training losses: action_loss (unless training=video) and future_video_loss (when computed)."""
         images = [example["image"] for example in examples]
         instructions = [example["lang"] for example in examples]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(
                 images,
                 instructions,
@@ -88,7 +88,7 @@ class DiT4DiT(nn.Module):
             )
         losses = {}
         if self.action_model is not None:
-            with torch.autocast("cuda", dtype=torch.float32):
+            with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
                 losses["action_loss"] = self._action_loss(backbone.features, examples)
         if backbone.future_video_loss is not None:
             losses["future_video_loss"] = backbone.future_video_loss
@@ -107,9 +107,9 @@ class DiT4DiT(nn.Module):
         # Only the current observation conditions the action; future frames would only feed the video loss.
         images = [ex["image"][0] if isinstance(ex["image"], (list, tuple)) else ex["image"] for ex in examples]
         instructions = [example["lang"] for example in examples]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(images, instructions, want_features=True, want_video_loss=False)
-        with torch.autocast("cuda", dtype=torch.float32):
+        with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             dtype = self.action_model.dtype
             state = self._state(examples, dtype, backbone.features.device)
             actions = self.action_model.predict_action(backbone.features.to(dtype), state)
@@ -117,7 +117,11 @@ class DiT4DiT(nn.Module):
 
     @classmethod
     def from_pretrained(cls, checkpoint_pt_path: str | Path) -> "DiT4DiT":
-        """Rebuild from `<run_dir>/config.yaml` and load `<run_dir>/<folder>/<name>.pt` (left on the CPU)."""
+        """Rebuild from `<run_dir>/config.yaml` and load `<run_dir>/<folder>/<name>.pt` (left on the CPU).
+
+        The run's config says which modules its checkpoints leave out (they reload from the base snapshot);
+        every other weight must be in the file.
+        """
         checkpoint = Path(checkpoint_pt_path)
         if not checkpoint.is_file():
             raise FileNotFoundError(f"{checkpoint}: no such checkpoint file")
@@ -128,54 +132,14 @@ class DiT4DiT(nn.Module):
                 f"{config_path}: missing; a checkpoint must sit two levels below its run dir "
                 "(run_dir/checkpoints/steps_N_pytorch_model.pt or run_dir/final_model/pytorch_model.pt)"
             )
-        model = build_framework(load_config(config_path))
+        config = load_config(config_path)
+        model = build_framework(config)
         if not isinstance(model, cls):
-            raise ConfigError(f"{config_path}: framework.name={model.config.framework.name!r} is not {cls.__name__}")
-        load_trained_weights(model, torch.load(checkpoint, map_location="cpu", weights_only=True), checkpoint)
+            raise ConfigError(f"{config_path}: framework.name={config.framework.name!r} is not {cls.__name__}")
+        left_out = tuple(path + "." for path in left_out_of_checkpoints(config))
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        load_trained_weights(model, state, checkpoint, may_be_missing=left_out)
         stats_path = run_dir / "dataset_statistics.json"
         if stats_path.is_file():
             model.norm_stats = json.loads(stats_path.read_text())
         return model
-
-
-def _synthetic_examples(config, batch: int) -> list[dict]:
-    """A batch shaped like the data loader's, for the smoke run below."""
-    vla, action_cfg = config.datasets.vla_data, config.framework.action_model
-    frames = len(range(0, len(vla.video_delta_indices), int(vla.action_video_freq_ratio)))
-    size, chunk = int(vla.image_size), int(action_cfg.future_action_window_size) + 1
-    return [
-        {
-            "image": [torch.rand(3, size, size) for _ in range(frames)],
-            "lang": "pick up the cup",
-            "action": np.random.uniform(-1, 1, (chunk, vla.max_action_dim)).astype(np.float32),
-            "state": np.random.uniform(-1, 1, (1, vla.max_state_dim)).astype(np.float32),
-            "action_mask": np.ones((chunk, vla.max_action_dim), dtype=bool),
-            "state_mask": np.ones((1, vla.max_state_dim), dtype=bool),
-        }
-        for _ in range(batch)
-    ]
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Smoke run: build the model from a config, one training forward and one prediction on random inputs."""
-    import argparse
-
-    from DiT4DiT.config.schema import normalize_cli_overrides
-    from DiT4DiT.model.freezing import freeze_modules
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--config_yaml", required=True)
-    args, overrides = parser.parse_known_args(argv)
-    config = load_config(args.config_yaml, normalize_cli_overrides(overrides))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = DiT4DiT(config).to(device)
-    freeze_modules(model, config.trainer.freeze_modules)
-    examples = _synthetic_examples(config, batch=2)
-    losses = model(examples)
-    print({name: round(float(value), 4) for name, value in losses.items()})
-    if model.action_model is not None:
-        print("normalized_actions", model.predict_action(examples)["normalized_actions"].shape)
-
-
-if __name__ == "__main__":
-    main()

@@ -8,6 +8,7 @@ through the same `from_pretrained` call. The pipeline object itself is dropped: 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,16 @@ class CosmosComponents:
     vae_scale_factor_spatial: int
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    if name not in TORCH_DTYPES:
-        raise ConfigError(
-            f"framework.cosmos25.torch_dtype={name!r} is not supported; use one of {', '.join(TORCH_DTYPES)}"
-        )
-    return TORCH_DTYPES[name]
+def text_encoder_attention(requested: str) -> str:
+    """`requested`, or sdpa (with a one-line notice) for flash_attention_2 where no kernel for it is installed:
+    transformers runs it through flash-attn, or through torch_npu's fused attention on Ascend."""
+    from transformers.utils import is_flash_attn_2_available, is_torch_npu_available
+
+    if requested == "flash_attention_2" and not (is_flash_attn_2_available() or is_torch_npu_available()):
+        warnings.warn("framework.cosmos25.attn_implementation=flash_attention_2: neither flash-attn nor torch_npu is "
+                      "installed, so the text encoder uses sdpa", RuntimeWarning, stacklevel=2)
+        return "sdpa"
+    return requested
 
 
 def check_pipeline_folder(folder: str | Path | None) -> Path:
@@ -153,13 +158,13 @@ def load_cosmos_components(
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     path = check_pipeline_folder(folder)
-    dtype = resolve_dtype(torch_dtype)
+    dtype = TORCH_DTYPES[torch_dtype]
     # The text encoder is loaded on its own so that its attention implementation can be chosen (the snapshot's
     # config may ask for flash_attention_2, which Ascend does not have).
     text_encoder = Qwen2_5_VLForConditionalGeneration.from_pretrained(
         path / "text_encoder",
         dtype=dtype,
-        attn_implementation=attn_implementation,
+        attn_implementation=text_encoder_attention(attn_implementation),
         local_files_only=local_files_only,
     )
     pipe = Cosmos2_5_PredictBasePipeline.from_pretrained(

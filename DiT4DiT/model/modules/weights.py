@@ -1,8 +1,8 @@
 """Load a DiT4DiT weights file (a flat {name: tensor} dict) into a built model.
 
-Checkpoints hold the trainable parameters; the frozen text encoder and VAE are normally left out because
-they reload from the base Cosmos snapshot. So: every key in the file must exist in the model with the same
-shape, and only keys under those two modules may be missing.
+Checkpoints hold the trainable parameters; the run's frozen modules are left out because they reload from the
+base Cosmos snapshot. So: every key in the file must exist in the model with the same shape, and only keys
+under the modules the caller names (what the run's config says it left out) may be missing.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-
-RELOADED_FROM_SNAPSHOT = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
 
 
 class CheckpointMismatchError(ValueError):
@@ -23,7 +21,7 @@ def load_trained_weights(
     model: nn.Module,
     state_dict: dict[str, torch.Tensor],
     source: str | Path,
-    may_be_missing: tuple[str, ...] = RELOADED_FROM_SNAPSHOT,
+    may_be_missing: tuple[str, ...],
 ) -> None:
     """Strict about what the file holds; keys under the `may_be_missing` prefixes keep the model's values."""
     expected = model.state_dict()

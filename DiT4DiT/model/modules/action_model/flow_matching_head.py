@@ -11,7 +11,6 @@ import math
 import torch
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.model.modules.action_model.cross_attention_dit import DiT
 
 # action_model_type -> (attention heads, head width); the DiT is heads * head width wide.
@@ -155,80 +154,33 @@ class FlowmatchingActionHead(nn.Module):
 
 
 def build_action_head(action_cfg, feature_dim: int) -> FlowmatchingActionHead:
-    """The head described by `framework.action_model`, attending to features `feature_dim` wide."""
+    """The head described by `framework.action_model` (checked when the config loaded), attending to features
+    `feature_dim` wide."""
     dit_cfg = action_cfg.diffusion_model_cfg
     heads, head_dim = dit_cfg.num_attention_heads, dit_cfg.attention_head_dim
-    if (heads is None) != (head_dim is None):
-        raise ConfigError(
-            "framework.action_model.diffusion_model_cfg.num_attention_heads and attention_head_dim override the size "
-            "table together: set both or neither"
-        )
     if heads is None:
-        if action_cfg.action_model_type not in DIT_SIZES:
-            raise ConfigError(
-                f"framework.action_model.action_model_type={action_cfg.action_model_type!r}; use one of "
-                f"{', '.join(DIT_SIZES)} (or set diffusion_model_cfg.num_attention_heads and attention_head_dim)"
-            )
         heads, head_dim = DIT_SIZES[action_cfg.action_model_type]
-    chunk_len = int(action_cfg.future_action_window_size) + 1
-    checks = [
-        (
-            int(dit_cfg.cross_attention_dim) == feature_dim,
-            f"framework.action_model.diffusion_model_cfg.cross_attention_dim={dit_cfg.cross_attention_dim} must equal "
-            f"the backbone feature width {feature_dim} (framework.cosmos25.vl_hidden_dim)",
-        ),
-        (
-            int(dit_cfg.output_dim) == int(action_cfg.hidden_size),
-            f"framework.action_model.diffusion_model_cfg.output_dim={dit_cfg.output_dim} must equal "
-            f"framework.action_model.hidden_size={action_cfg.hidden_size} (the action decoder reads the DiT output)",
-        ),
-        (
-            int(action_cfg.action_horizon) == chunk_len,
-            f"framework.action_model.action_horizon={action_cfg.action_horizon} must equal "
-            f"future_action_window_size + 1 = {chunk_len}",
-        ),
-        (
-            int(action_cfg.past_action_window_size) == 0,
-            f"framework.action_model.past_action_window_size={action_cfg.past_action_window_size}: only 0 is supported",
-        ),
-        (
-            dit_cfg.norm_type == "ada_norm",
-            f"framework.action_model.diffusion_model_cfg.norm_type={dit_cfg.norm_type!r}: only ada_norm is supported",
-        ),
-        (
-            dit_cfg.positional_embeddings is None,
-            "framework.action_model.diffusion_model_cfg.positional_embeddings: only null is supported",
-        ),
-        (
-            chunk_len <= int(action_cfg.max_seq_len) or not action_cfg.add_pos_embed,
-            f"framework.action_model.max_seq_len={action_cfg.max_seq_len} is shorter than the action chunk "
-            f"({chunk_len})",
-        ),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
     dit = DiT(
-        num_attention_heads=int(heads),
-        attention_head_dim=int(head_dim),
-        output_dim=int(dit_cfg.output_dim),
-        num_layers=int(dit_cfg.num_layers),
+        num_attention_heads=heads,
+        attention_head_dim=head_dim,
+        output_dim=dit_cfg.output_dim,
+        num_layers=dit_cfg.num_layers,
         cross_attention_dim=feature_dim,
-        dropout=float(dit_cfg.dropout),
-        final_dropout=bool(dit_cfg.final_dropout),
-        interleave_self_attention=bool(dit_cfg.interleave_self_attention),
+        dropout=dit_cfg.dropout,
+        final_dropout=dit_cfg.final_dropout,
+        interleave_self_attention=dit_cfg.interleave_self_attention,
     )
     return FlowmatchingActionHead(
-        action_dim=int(action_cfg.action_dim),
-        state_dim=int(action_cfg.state_dim or 0),
-        hidden_size=int(action_cfg.hidden_size),
-        chunk_len=chunk_len,
-        add_pos_embed=bool(action_cfg.add_pos_embed),
-        max_seq_len=int(action_cfg.max_seq_len),
-        noise_beta_alpha=float(action_cfg.noise_beta_alpha),
-        noise_beta_beta=float(action_cfg.noise_beta_beta),
-        noise_s=float(action_cfg.noise_s),
-        num_timestep_buckets=int(action_cfg.num_timestep_buckets),
-        num_inference_timesteps=int(action_cfg.num_inference_timesteps),
+        action_dim=action_cfg.action_dim,
+        state_dim=action_cfg.state_dim,
+        hidden_size=action_cfg.hidden_size,
+        chunk_len=action_cfg.future_action_window_size + 1,
+        add_pos_embed=action_cfg.add_pos_embed,
+        max_seq_len=action_cfg.max_seq_len,
+        noise_beta_alpha=action_cfg.noise_beta_alpha,
+        noise_beta_beta=action_cfg.noise_beta_beta,
+        noise_s=action_cfg.noise_s,
+        num_timestep_buckets=action_cfg.num_timestep_buckets,
+        num_inference_timesteps=action_cfg.num_inference_timesteps,
         dit=dit,
     )
