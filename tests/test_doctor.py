@@ -11,7 +11,7 @@ import pytest
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.tools.doctor import hccl_problems, patcher_api, torch_npu_matches
-from DiT4DiT.tools.memory_estimate import estimate_training_memory, safetensors_param_count
+from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 from DiT4DiT.tools.npu_topology import detect_soc, parse_npu_smi, visible_ids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,10 +132,22 @@ def test_parameter_count_and_estimate_scale(tiny_pipeline_dir):
     transformer = CosmosTransformer3DModel.from_pretrained(tiny_pipeline_dir / "transformer")
     assert safetensors_param_count(tiny_pipeline_dir / "transformer") == sum(p.numel() for p in transformer.parameters())
     cfg = load_config(TINY_YAML, [])
-    one, two = (estimate_training_memory(tiny_pipeline_dir, cfg, n) for n in (1, 2))
+    one, two = (estimate_training_memory(tiny_pipeline_dir, cfg, n, views=3) for n in (1, 2))
     assert two.static_gib < one.static_gib and two.activation_gib == one.activation_gib
-    doubled = estimate_training_memory(tiny_pipeline_dir, load_config(TINY_YAML, ["datasets.vla_data.per_device_batch_size=8"]), 1)
-    single = estimate_training_memory(tiny_pipeline_dir, load_config(TINY_YAML, ["datasets.vla_data.per_device_batch_size=4"]), 1)
+    doubled = estimate_training_memory(tiny_pipeline_dir, load_config(TINY_YAML, ["datasets.vla_data.per_device_batch_size=8"]), 1, 3)
+    single = estimate_training_memory(tiny_pipeline_dir, load_config(TINY_YAML, ["datasets.vla_data.per_device_batch_size=4"]), 1, 3)
     assert doubled.activation_gib == pytest.approx(2 * single.activation_gib)
     # 5 frames -> 2 latent frames; 32x96 pixels -> 2x6 patches: 24 tokens per sample.
     assert one.tokens_per_sample == 24
+
+
+def test_estimate_counts_what_the_freeze_list_freezes_and_the_mixtures_cameras(tiny_pipeline_dir):
+    assert (mixture_views("robotwin"), mixture_views("gr1_pick_place")) == (3, 1)
+    estimate = lambda freeze, views=3: estimate_training_memory(  # noqa: E731
+        tiny_pipeline_dir, load_config(TINY_YAML, [f"trainer.freeze_modules={freeze}"]), 1, views)
+    listed = estimate("backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae,"
+                      "backbone_interface.extractor.transformer")
+    # A parent path freezes everything below it, as freeze_modules does.
+    assert estimate("backbone_interface").static_gib == listed.static_gib < estimate("").static_gib
+    one_camera = estimate("", views=1)
+    assert one_camera.tokens_per_sample * 3 == estimate("").tokens_per_sample

@@ -10,9 +10,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR, download_command
 
-# Cosmos patchifies latents 2x2 after the VAE's 8x spatial factor.
-FRAME_SIDE_MULTIPLE = 16
+FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
 
 
 def _require(condition: bool, message: str) -> None:
@@ -82,8 +82,7 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     _require(cosmos.base_model is not None, "framework.cosmos25.base_model is not set: pass --framework.cosmos25.base_model DIR "
              "(a local Cosmos-Predict2.5 diffusers folder)")
     _require(Path(cosmos.base_model).is_dir(), f"framework.cosmos25.base_model: folder '{cosmos.base_model}' does not exist. "
-             "Download it with: huggingface-cli download nvidia/Cosmos-Predict2.5-2B --revision diffusers/base/post-trained "
-             f"--local-dir {cosmos.base_model}  (or generate the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out {cosmos.base_model})")
+             f"Download it with: {download_command(cosmos.base_model)}  (or generate the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out {cosmos.base_model})")
     _require(data.data_root_dir is not None, "datasets.vla_data.data_root_dir is not set: pass --datasets.vla_data.data_root_dir DIR")
     _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
     if trainer.pretrained_checkpoint:

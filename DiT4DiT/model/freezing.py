@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError
-
-
-def module_paths(text: str | None) -> list[str]:
-    """Comma-separated dotted module paths (trainer.freeze_modules, trainer.reload_modules) as a list."""
-    return [p.strip() for p in str(text or "").split(",") if p.strip()]
+from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.facts import module_paths
 
 
 def left_out_of_checkpoints(cfg) -> list[str]:

@@ -25,8 +25,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from DiT4DiT.facts import download_command
 from DiT4DiT.tools import folder_checks, npu_topology
-from DiT4DiT.tools.memory_estimate import estimate_training_memory
+from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views
 
 TORCH_VERSION = "2.7.1"
 # torch_npu release for torch 2.7.1 -> the CANN it is built for (Ascend/pytorch COMPATIBILITY, ASCEND_NOTES §3.1).
@@ -291,7 +292,7 @@ class Doctor:
         if problems:
             tiny = self.base_model == Path(CPU_DEFAULTS[1])
             fix = (f"python -m DiT4DiT.tools.tiny_cosmos --out {self.base_model}" if tiny else
-                   f"huggingface-cli download nvidia/Cosmos-Predict2.5-2B --revision diffusers/base/post-trained --local-dir {self.base_model}")
+                   download_command(self.base_model))
             return Check("base_model", "FAIL", "; ".join(problems), fix)
         return Check("base_model", "PASS", f"{self.base_model} is complete")
 
@@ -299,7 +300,8 @@ class Doctor:
         name = "device_memory"
         if self.cfg is None or folder_checks.base_model_problems(self.base_model):
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
-        est = estimate_training_memory(self.base_model, self.cfg, self.num_processes)
+        views = mixture_views(self.cfg.datasets.vla_data.data_mix)
+        est = estimate_training_memory(self.base_model, self.cfg, self.num_processes, views)
         if est is None:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
         need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "

@@ -14,14 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-# Subfolder of a diffusers Cosmos2_5_PredictBasePipeline snapshot -> the config file it must hold.
-PIPELINE_PARTS = {
-    "text_encoder": "config.json",
-    "tokenizer": "tokenizer_config.json",
-    "transformer": "config.json",
-    "vae": "config.json",
-    "scheduler": "scheduler_config.json",
-}
+from DiT4DiT.facts import PIPELINE_PARTS
+
 WEIGHTED_PARTS = ("text_encoder", "transformer", "vae")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 

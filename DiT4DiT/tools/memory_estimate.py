@@ -1,4 +1,4 @@
-"""Rough per-device memory need of a training run, from safetensors headers and the config (no torch import).
+"""Rough per-device memory need of a training run, from safetensors headers and the config.
 
 Static part, exact up to the action head: frozen weights in bf16 (2 B/param) and, per trainable parameter,
 bf16 weights and gradients (2 + 2 B) plus fp32 master weights and Adam moments (12 B) that DeepSpeed ZeRO-2
@@ -15,11 +15,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from DiT4DiT.facts import DIT_SIZES, PATCH_SIZE, VAE_SPATIAL_FACTOR, latent_frame_count, module_paths, num_output_frames
+
 GIB = 1024**3
 ACTIVATION_BYTES_PER_TOKEN_UNIT = 34
-VIEWS = 3  # RoboTwin's cam_high, cam_left_wrist, cam_right_wrist, concatenated side by side
-VAE_SPATIAL, VAE_TEMPORAL, PATCH = 8, 4, 2  # Wan VAE downsampling and Cosmos patch size
-ACTION_DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}  # (heads, head width)
 
 
 def safetensors_param_count(folder: Path) -> int | None:
@@ -39,7 +38,7 @@ def safetensors_param_count(folder: Path) -> int | None:
 def action_head_params(cfg) -> int:
     """Approximate size of the flow-matching action DiT (blocks dominate: ~12 d^2 per block plus cross-attention)."""
     dit = cfg.framework.action_model.diffusion_model_cfg
-    heads, width = ACTION_DIT_SIZES.get(cfg.framework.action_model.action_model_type, ACTION_DIT_SIZES["DiT-B"])
+    heads, width = DIT_SIZES[cfg.framework.action_model.action_model_type]
     d = (dit.num_attention_heads or heads) * (dit.attention_head_dim or width)
     blocks = dit.num_layers * (12 * d * d + 2 * d * dit.cross_attention_dim)
     mlps = 4 * cfg.framework.action_model.hidden_size**2
@@ -57,23 +56,41 @@ class Estimate:
         return self.static_gib + self.activation_gib
 
 
-def estimate_training_memory(base_model: Path, cfg, num_processes: int) -> Estimate | None:
-    """Per-device GiB for `cfg` on `num_processes` devices, or None when the snapshot has no safetensors."""
+PARTS = {name: f"backbone_interface.extractor.{name}" for name in ("text_encoder", "transformer", "vae")}
+
+
+def is_frozen(module: str, freeze_modules: str | None) -> bool:
+    """Whether `trainer.freeze_modules` freezes `module`: it names the module or one that contains it."""
+    return any(module == path or module.startswith(path + ".") for path in module_paths(freeze_modules))
+
+
+def mixture_views(data_mix: str) -> int:
+    """Cameras side by side in a sample of the mixture (the widest of its data configs)."""
+    from DiT4DiT.dataloader.data_configs import DATA_CONFIGS  # imports the data package (and torch) only here
+    from DiT4DiT.dataloader.mixtures import resolve_mixture
+
+    return max(len(DATA_CONFIGS[entry.data_config].video_keys) for entry in resolve_mixture(data_mix))
+
+
+def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int) -> Estimate | None:
+    """Per-device GiB for `cfg` on `num_processes` devices with `views` cameras side by side per frame, or None
+    when the snapshot has no safetensors."""
     base_model = Path(base_model)
-    parts = {p: safetensors_param_count(base_model / p) for p in ("text_encoder", "transformer", "vae")}
+    parts = {p: safetensors_param_count(base_model / p) for p in PARTS}
     if any(v is None for v in parts.values()):
         return None
-    frozen_parts = {m.rsplit(".", 1)[-1] for m in str(cfg.trainer.freeze_modules or "").split(",") if m.strip()}
+    parts["action_model"] = action_head_params(cfg)
+    modules = {**PARTS, "action_model": "action_model"}
+    frozen_parts = {p for p, module in modules.items() if is_frozen(module, cfg.trainer.freeze_modules)}
     frozen = sum(n for p, n in parts.items() if p in frozen_parts)
-    trainable = sum(n for p, n in parts.items() if p not in frozen_parts) + action_head_params(cfg)
+    trainable = sum(n for p, n in parts.items() if p not in frozen_parts)
     static = 2 * frozen + trainable * (4 + 12 / max(num_processes, 1))
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
     hidden = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
     data = cfg.datasets.vla_data
-    frames = len(list(data.video_delta_indices)[:: data.action_video_freq_ratio])
-    latent_frames = 1 + (frames - 1) // VAE_TEMPORAL
-    per_frame = (data.image_size // (VAE_SPATIAL * PATCH)) * (VIEWS * data.image_size // (VAE_SPATIAL * PATCH))
-    tokens = latent_frames * per_frame
+    latent_frames = latent_frame_count(num_output_frames(data.video_delta_indices, data.action_video_freq_ratio))
+    side = VAE_SPATIAL_FACTOR * PATCH_SIZE
+    tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
     activations = ACTIVATION_BYTES_PER_TOKEN_UNIT * tokens * hidden * tcfg["num_layers"] * data.per_device_batch_size
     return Estimate(static_gib=static / GIB, activation_gib=activations / GIB, tokens_per_sample=tokens)

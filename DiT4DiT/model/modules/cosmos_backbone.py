@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.facts import latent_frame_count, num_output_frames
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.prompt_cache import PromptEmbeddingCache, encode_prompts
 
@@ -30,16 +31,6 @@ class FrameCountWarning(UserWarning):
 class BackboneOutput:
     features: torch.Tensor | None  # (B, S, hidden), detached; None when not requested
     future_video_loss: torch.Tensor | None  # scalar; None when not computed
-
-
-def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
-    """Frames per sample after subsampling the fetched offsets (frame 0 conditions, the rest are targets)."""
-    return len(range(0, len(video_delta_indices), action_video_freq_ratio))
-
-
-def latent_frame_count(num_frames: int, temporal_factor: int) -> int:
-    """The Wan VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames; extra frames are dropped."""
-    return (num_frames - 1) // temporal_factor + 1
 
 
 def wasted_frames_message(num_frames: int, temporal_factor: int) -> str | None:

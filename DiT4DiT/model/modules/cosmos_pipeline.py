@@ -16,9 +16,8 @@ from typing import Any
 import torch
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.facts import PIPELINE_PARTS, download_command
 
-HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
-HUB_REVISION = "diffusers/base/post-trained"
 
 # transformer/config.json of the 2B snapshot (diffusers' Cosmos-2.5-Predict-Base-2B conversion): 2048 wide, 28 blocks.
 COSMOS_2B_TRANSFORMER_CONFIG = dict(
@@ -41,20 +40,6 @@ COSMOS_2B_TRANSFORMER_CONFIG = dict(
 )
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-# Component subfolder -> a file that must be in it (weights may be sharded, so only configs are required).
-REQUIRED_COMPONENTS = {
-    "text_encoder": "config.json",
-    "tokenizer": "tokenizer_config.json",
-    "transformer": "config.json",
-    "vae": "config.json",
-    "scheduler": "scheduler_config.json",
-}
-
-
-def download_hint(folder: str | Path) -> str:
-    return f"huggingface-cli download {HUB_REPO} --revision {HUB_REVISION} --local-dir {folder}"
-
 
 class NoOpSafetyChecker:
     """Stands in for cosmos_guardrail's checker, which training never runs (and which is not installed)."""
@@ -99,30 +84,30 @@ def check_pipeline_folder(folder: str | Path | None) -> Path:
     if folder is None or str(folder) == "":
         raise ConfigError(
             "framework.cosmos25.base_model is not set: point it at a local Cosmos-Predict2.5 pipeline folder, "
-            f"e.g. download one with `{download_hint('playground/Pretrained_models/Cosmos-Predict2.5-2B')}` "
+            f"e.g. download one with `{download_command('playground/Pretrained_models/Cosmos-Predict2.5-2B')}` "
             "or write the tiny one with `python -m DiT4DiT.tools.tiny_cosmos`"
         )
     path = Path(folder)
     if not path.is_dir():
         raise ConfigError(
-            f"framework.cosmos25.base_model={str(folder)!r}: no such folder; download it with `{download_hint(path)}`"
+            f"framework.cosmos25.base_model={str(folder)!r}: no such folder; download it with `{download_command(path)}`"
         )
     if not (path / "model_index.json").is_file():
         raise ConfigError(
             f"framework.cosmos25.base_model={str(folder)!r} is not a diffusers pipeline folder (model_index.json is "
-            f"missing); download it with `{download_hint(path)}`"
+            f"missing); download it with `{download_command(path)}`"
         )
-    for component, marker in REQUIRED_COMPONENTS.items():
+    for component, marker in PIPELINE_PARTS.items():
         if not (path / component / marker).is_file():
             raise ConfigError(
                 f"framework.cosmos25.base_model={str(folder)!r} is incomplete: component '{component}' "
-                f"({component}/{marker}) is missing; download it with `{download_hint(path)}`"
+                f"({component}/{marker}) is missing; download it with `{download_command(path)}`"
             )
     index = json.loads((path / "model_index.json").read_text())
     if index.get("_class_name") != "Cosmos2_5_PredictBasePipeline":
         raise ConfigError(
             f"framework.cosmos25.base_model={str(folder)!r} holds a {index.get('_class_name')!r} pipeline, not "
-            f"Cosmos2_5_PredictBasePipeline; download the right one with `{download_hint(path)}`"
+            f"Cosmos2_5_PredictBasePipeline; download the right one with `{download_command(path)}`"
         )
     return path
 

@@ -11,10 +11,8 @@ import math
 import torch
 from torch import nn
 
+from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.modules.action_model.cross_attention_dit import DiT
-
-# action_model_type -> (attention heads, head width); the DiT is heads * head width wide.
-DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}
 
 
 def swish(x: torch.Tensor) -> torch.Tensor:

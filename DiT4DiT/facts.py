@@ -1,0 +1,43 @@
+"""Facts both the torch-free tools (doctor, memory estimate) and the model need, in one stdlib-only module.
+
+Importing it loads nothing heavy, so the doctor and the config loader can use it on a machine whose torch is
+broken; the model and data code import the same names, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+# The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.
+HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
+HUB_REVISION = "diffusers/base/post-trained"
+# Component subfolder of a pipeline snapshot -> a file that must be in it (weights may be sharded).
+PIPELINE_PARTS = {
+    "text_encoder": "config.json",
+    "tokenizer": "tokenizer_config.json",
+    "transformer": "config.json",
+    "vae": "config.json",
+    "scheduler": "scheduler_config.json",
+}
+# Wan VAE: 8x spatial downsampling and 1 + 4k frames -> 1 + k latent frames; Cosmos patches latents 2x2.
+VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
+# The action DiT's size table: (attention heads, head width).
+DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}
+
+
+def download_command(folder) -> str:
+    """The command that puts the base model into `folder`."""
+    return f"huggingface-cli download {HUB_REPO} --revision {HUB_REVISION} --local-dir {folder}"
+
+
+def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
+    """Frames per sample after subsampling the fetched offsets (frame 0 conditions, the rest are targets)."""
+    return len(range(0, len(video_delta_indices), action_video_freq_ratio))
+
+
+def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACTOR) -> int:
+    """The VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames; extra frames are dropped."""
+    return (num_frames - 1) // temporal_factor + 1
+
+
+def module_paths(text: str | None) -> list[str]:
+    """Comma-separated dotted module paths (trainer.freeze_modules, trainer.reload_modules) as a list."""
+    return [p.strip() for p in str(text or "").split(",") if p.strip()]
