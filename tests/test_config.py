@@ -347,3 +347,12 @@ def test_a_warm_up_longer_than_the_run_is_a_warning_not_an_error(tmp_path):
     warnings_ = validate_training_config(_valid(tmp_path, "trainer.max_train_steps=100", "trainer.save_interval=100"))
     assert warnings_ == ["trainer.num_warmup_steps (5000) exceeds trainer.max_train_steps (100): "
                          "the learning rate never reaches its peak in this run"]
+
+
+def test_train_py_takes_the_originals_launch_script_as_it_is(tmp_path):
+    from DiT4DiT.training.train import parse_config
+
+    with pytest.warns(OriginalKeysWarning):
+        cfg = parse_config(["--config_yaml", str(_original_yaml(tmp_path)), *ORIGINAL_LIBERO_FLAGS])
+    assert (cfg.framework.name, cfg.datasets.vla_data.data_mix, cfg.trainer.save_interval) == ("DiT4DiT", "libero_all", 40000)
+    assert cfg.trainer.learning_rate.backbone_interface == 1e-5 and cfg.framework.cosmos25.extract_layer == 17

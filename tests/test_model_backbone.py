@@ -23,7 +23,6 @@ def test_feature_and_loss_shapes(tiny_model_cfg, tiny_examples, views):
     out = model.backbone_interface(images, [e["lang"] for e in examples], want_features=True, want_video_loss=True)
     # 5 frames -> 2 latent frames; 32 x (32*views) pixels -> 2 x (2*views) tokens after VAE /8 and patch /2.
     assert out.features.shape == (2, 2 * 2 * 2 * views, 32)
-    assert model.backbone_interface.extractor.hidden_size == 32
     assert not out.features.requires_grad
     assert out.future_video_loss.shape == ()
 

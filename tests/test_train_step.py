@@ -11,7 +11,7 @@ from accelerate.state import AcceleratorState, GradientState
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
-from DiT4DiT.training.sampler import ResumableBatchSampler
+from DiT4DiT.training.sampler import ResumableBatchOrder
 from DiT4DiT.training.train import Run, TrainingError, main, train_step
 
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
@@ -41,8 +41,8 @@ def _run(micro_batches, accumulation, seed_model):
     optimizer = torch.optim.AdamW(build_param_groups(model, cfg.trainer.learning_rate), lr=1e-2)
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
-    sampler = ResumableBatchSampler(len(micro_batches), 1, 0, 1, cfg.seed)
-    values = train_step(Run(cfg, accelerator, model, optimizer, scheduler, sampler), micro_batches, 0)
+    order = ResumableBatchOrder(len(micro_batches), 1, 0, 1, cfg.seed)
+    values = train_step(Run(cfg, accelerator, model, optimizer, scheduler, order), micro_batches, 0)
     return accelerator.unwrap_model(model), values
 
 

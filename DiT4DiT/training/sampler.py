@@ -10,8 +10,10 @@ from torch.utils.data import DataLoader, Dataset
 from DiT4DiT.config.errors import ConfigError
 
 
-class ResumableBatchSampler:
-    """Shuffles the index space per epoch and gives each rank its own shard of every global batch.
+class ResumableBatchOrder:
+    """Which dataset indices form each of this rank's batches (not a torch Sampler: `iterate_batches` hands
+    `epoch_batches(epoch)` to a DataLoader as its batch_sampler). Shuffles the index space per epoch and gives
+    each rank its own shard of every global batch.
 
     The position in the data follows from the number of micro-batches already consumed, so resuming needs
     nothing but that count: `iterate_batches(..., start_micro_step, ...)` skips to it without loading any sample.
@@ -47,20 +49,20 @@ class ResumableBatchSampler:
 
 
 def iterate_batches(
-    dataset: Dataset, sampler: ResumableBatchSampler, start_micro_step: int, num_workers: int, collate_fn: Callable
+    dataset: Dataset, order: ResumableBatchOrder, start_micro_step: int, num_workers: int, collate_fn: Callable
 ) -> Iterator[list]:
     """Endless stream of this rank's micro-batches, starting at `start_micro_step`."""
-    epoch, skip = sampler.position(start_micro_step)
+    epoch, skip = order.position(start_micro_step)
     while True:
         dataset.set_epoch(epoch)  # before the workers fork, so they see it
         loader = DataLoader(
             dataset,
-            batch_sampler=sampler.epoch_batches(epoch)[skip:],
+            batch_sampler=order.epoch_batches(epoch)[skip:],
             num_workers=num_workers,
             collate_fn=collate_fn,
             # Its own generator: otherwise each new iterator draws a worker seed from the global RNG, and a
             # resumed run (one extra iterator) would drift from the uninterrupted one.
-            generator=torch.Generator().manual_seed(sampler.seed + epoch),
+            generator=torch.Generator().manual_seed(order.seed + epoch),
         )
         yield from loader
         epoch, skip = epoch + 1, 0

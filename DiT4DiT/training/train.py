@@ -38,7 +38,7 @@ from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
-from DiT4DiT.training.sampler import ResumableBatchSampler, iterate_batches
+from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
 
 log = logging.getLogger("dit4dit.train")
 
@@ -103,7 +103,7 @@ class Run:
     model: torch.nn.Module  # as prepared by accelerate (DDP module or DeepSpeed engine)
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    sampler: ResumableBatchSampler
+    batch_order: ResumableBatchOrder
     start_step: int = 0
     left_out: list[str] = field(default_factory=list)  # module paths the checkpoints leave out
     batches: Iterator[list[dict]] | None = None
@@ -140,7 +140,7 @@ def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str
             total = compose_loss(losses, cfg)
             finite = accelerator.gather(torch.isfinite(total.detach()).reshape(1)).all()
             if not finite:
-                epoch, index = run.sampler.position(step * n_micro + micro)
+                epoch, index = run.batch_order.position(step * n_micro + micro)
                 values = {k: float(v) for k, v in losses.items()}
                 raise TrainingError(
                     f"non-finite loss at optimizer step {step + 1}, micro-batch {micro} (epoch {epoch}, batch {index} "
@@ -272,7 +272,7 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     set_seed(cfg.seed)
     train_set = build_vla_dataset(cfg, split="train")
     batch_size = cfg.datasets.vla_data.per_device_batch_size
-    sampler = ResumableBatchSampler(len(train_set), batch_size, accelerator.process_index, accelerator.num_processes, cfg.seed)
+    batch_order = ResumableBatchOrder(len(train_set), batch_size, accelerator.process_index, accelerator.num_processes, cfg.seed)
     eval_set = build_vla_dataset(cfg, split="eval") if has_action_head(cfg) else None
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -282,7 +282,7 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     optimizer = build_optimizer(model, cfg.trainer)
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
-    run = Run(cfg, accelerator, model, optimizer, scheduler, sampler, resume[1]["step"] if resume else 0, left_out)
+    run = Run(cfg, accelerator, model, optimizer, scheduler, batch_order, resume[1]["step"] if resume else 0, left_out)
     if cfg.framework.cosmos25.prompt_cache:
         cache_prompts(run.unwrapped, [train_set] + ([eval_set] if eval_set else []))
     if resume:
@@ -291,7 +291,7 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     else:
         set_seed(cfg.seed + accelerator.process_index)
     start_micro_step = run.start_step * cfg.trainer.gradient_accumulation_steps
-    run.batches = iterate_batches(train_set, sampler, start_micro_step, cfg.datasets.vla_data.num_workers, collate_fn)
+    run.batches = iterate_batches(train_set, batch_order, start_micro_step, cfg.datasets.vla_data.num_workers, collate_fn)
     if is_main:
         run.eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None else None
         if resume:
@@ -336,7 +336,7 @@ def log_step(run: Run, values: dict[str, float], done: int) -> None:
     run.logger.advance(done)
     if due(done, cfg.trainer.logging_frequency, cfg.trainer.max_train_steps):
         lrs = {f"learning_rate/{g['name']}": g["lr"] for g in run.optimizer.param_groups}
-        epoch = {"epoch": run.sampler.position(done * accumulation)[0]}
+        epoch = {"epoch": run.batch_order.position(done * accumulation)[0]}
         run.logger.flush(done, lrs | peak_memory_mb(run.accelerator.device) | epoch)
 
 

@@ -125,11 +125,6 @@ class CosmosFeatureExtractor(nn.Module):
         self._captured: torch.Tensor | None = None
         self.transformer.transformer_blocks[extract_layer].register_forward_hook(self._capture_block_output)
 
-    @property
-    def hidden_size(self) -> int:
-        config = self.transformer.config
-        return config.num_attention_heads * config.attention_head_dim
-
     def _capture_block_output(self, module, args, output) -> None:
         # Only the first transformer call of a forward (the feature pass) is captured.
         if self._capturing:
