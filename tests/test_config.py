@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 import yaml
+from omegaconf.errors import ReadonlyConfigError
 
 from DiT4DiT.config.schema import (
     KNOWN_KEYS, UNUSED_BY_THE_ORIGINAL, ConfigError, OriginalKeysWarning, default_config, load_config,
@@ -238,9 +239,11 @@ def test_training_mode_is_normalised_once():
     assert load_config(ROBOTWIN, ["framework.cosmos25.training=Action"]).framework.cosmos25.training == "action"
 
 
-def test_output_dir_is_derived_not_taken():
+def test_output_dir_is_derived_not_taken_and_the_config_is_read_only():
     cfg = load_config(ROBOTWIN, ["output_dir=/elsewhere", "run_root_dir=/runs", "run_id=r1"])
     assert cfg.output_dir == "/runs/r1"
+    with pytest.raises(ReadonlyConfigError):
+        cfg.trainer.max_train_steps = 5
 
 
 def test_values_take_their_keys_type():

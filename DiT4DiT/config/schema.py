@@ -319,4 +319,5 @@ def load_config(config_yaml: str | Path | None, overrides: list[str] | None = No
     _typed(cfg)
     cfg.output_dir = str(Path(cfg.run_root_dir) / cfg.run_id)
     check_rules(cfg)
+    OmegaConf.set_readonly(cfg, True)  # checked once, so nothing may change it afterwards
     return cfg

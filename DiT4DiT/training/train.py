@@ -3,8 +3,9 @@
     accelerate launch --config_file DiT4DiT/config/deepseeds/deepspeed_zero2.yaml --num_processes 8 \
         DiT4DiT/training/train.py --config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml --trainer.max_train_steps 1000
 
-`main()` parses and validates the config, builds the Accelerator from the launch configuration, the data, the
-model, the optimizer, and runs the loop: batch -> train_step -> maybe log / eval / save.
+`main()`: parse_config (every key typed and every rule checked, DiT4DiT/config) -> validate_training_config (the
+folders exist) -> build_accelerator -> train(): set_up() builds the data, model, optimizer and schedule into a
+`Run`, then the loop: batch -> train_step (forward, backward, clip, optimizer.step) -> maybe log / eval / save.
 """
 
 from __future__ import annotations
@@ -68,11 +69,11 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
         # No dataloader goes through accelerator.prepare (we shard batches ourselves for exact resume), so
         # DeepSpeed cannot infer these "auto" values; the clip norm comes from our config, not the JSON.
         ds_config = accelerator.state.deepspeed_plugin.deepspeed_config
-        micro = int(cfg.datasets.vla_data.per_device_batch_size)
+        micro, accumulation = cfg.datasets.vla_data.per_device_batch_size, cfg.trainer.gradient_accumulation_steps
         ds_config["train_micro_batch_size_per_gpu"] = micro
-        ds_config["gradient_accumulation_steps"] = int(cfg.trainer.gradient_accumulation_steps)
-        ds_config["train_batch_size"] = micro * int(cfg.trainer.gradient_accumulation_steps) * accelerator.num_processes
-        ds_config["gradient_clipping"] = float(cfg.trainer.gradient_clipping)
+        ds_config["gradient_accumulation_steps"] = accumulation
+        ds_config["train_batch_size"] = micro * accumulation * accelerator.num_processes
+        ds_config["gradient_clipping"] = cfg.trainer.gradient_clipping
     return accelerator
 
 
