@@ -115,3 +115,42 @@ def test_mixed_precision_no_runs_fp32_end_to_end(tiny_model_cfg, tiny_examples):
     losses = model(tiny_examples(cfg))
     assert {loss.dtype for loss in losses.values()} == {torch.float32}
     assert dtypes == {torch.float32} and len(losses) == 2
+
+
+@pytest.fixture
+def attention_kernels(monkeypatch):
+    """Set which fused-attention kernels transformers reports as installed: (flash-attn, torch_npu)."""
+    import transformers.utils
+
+    def set_available(flash_attn: bool, torch_npu: bool) -> None:
+        monkeypatch.setattr(transformers.utils, "is_flash_attn_2_available", lambda: flash_attn)
+        monkeypatch.setattr(transformers.utils, "is_torch_npu_available", lambda: torch_npu)
+
+    return set_available
+
+
+@pytest.mark.parametrize("requested, kernels, used", [
+    ("flash_attention_2", (False, False), "sdpa"),
+    ("flash_attention_2", (True, False), "flash_attention_2"),
+    ("flash_attention_2", (False, True), "flash_attention_2"),
+    ("eager", (False, False), "eager"),
+    ("sdpa", (False, False), "sdpa"),
+])
+def test_attention_implementation_is_honoured_where_it_can_work(attention_kernels, requested, kernels, used):
+    from DiT4DiT.model.modules.cosmos_pipeline import text_encoder_attention
+
+    attention_kernels(*kernels)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert text_encoder_attention(requested) == used
+    notices = [str(w.message) for w in record]
+    assert notices == ([] if used == requested else [
+        "framework.cosmos25.attn_implementation=flash_attention_2: neither flash-attn nor torch_npu is installed, "
+        "so the text encoder uses sdpa"])
+
+
+def test_the_originals_flash_attention_setting_builds_where_flash_attn_is_absent(attention_kernels, tiny_model_cfg):
+    attention_kernels(False, False)
+    with pytest.warns(RuntimeWarning, match="the text encoder uses sdpa"):
+        model = build_framework(tiny_model_cfg("framework.cosmos25.attn_implementation=flash_attention_2"))
+    assert model.action_model is not None
