@@ -58,14 +58,20 @@ def data_cfg(tmp_path):
     from DiT4DiT.config.schema import load_config
 
     def build(root: Path | str, data_mix: str = "robotwin", *overrides: str):
+        # RoboTwin's 14-D joints (the schema's defaults are the original's 64 / 32); the action head's widths and
+        # horizon follow whatever the test sets for the data, as the config's cross-key rules require.
+        data = {"max_state_dim": "14", "max_action_dim": "14", "future_action_window_size": "7"}
+        data.update({k.split(".")[-1]: v for k, _, v in (o.partition("=") for o in overrides) if k.split(".")[-1] in data})
+        head = [f"framework.action_model.state_dim={data['max_state_dim']}",
+                f"framework.action_model.action_dim={data['max_action_dim']}",
+                f"framework.action_model.action_horizon={int(data['future_action_window_size']) + 1}"]
         return load_config(None, [
             f"datasets.vla_data.data_root_dir={root}",
             f"datasets.vla_data.data_mix={data_mix}",
             f"datasets.vla_data.cache_dir={tmp_path / 'cache'}",
-            # RoboTwin's 14-D joints (the schema's defaults are the original's 64 / 32)
-            "datasets.vla_data.max_state_dim=14", "datasets.vla_data.max_action_dim=14",
-            "framework.action_model.state_dim=14", "framework.action_model.action_dim=14",
-            *overrides,
+            f"datasets.vla_data.max_state_dim={data['max_state_dim']}",
+            f"datasets.vla_data.max_action_dim={data['max_action_dim']}",
+            *head, *overrides,
         ])
 
     return build
