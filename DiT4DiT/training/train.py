@@ -34,6 +34,7 @@ from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overri
 from DiT4DiT.config.validate import has_action_head, validate_training_config
 from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
+from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
@@ -124,11 +125,6 @@ class Run:
         return self.accelerator.unwrap_model(self.model)
 
 
-def bf16_autocast(cfg: DictConfig) -> bool:
-    """The step's bf16 autocast runs when mixed precision asks for it and the autocast's device exists."""
-    return cfg.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
-
-
 def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str, float]:
     """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics."""
     model, accelerator, cfg = run.model, run.accelerator, run.cfg
@@ -136,7 +132,7 @@ def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str
     n_micro = len(micro_batches)
     for micro, batch in enumerate(micro_batches):
         with accelerator.accumulate(model):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16_autocast(cfg)):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_enabled(cfg)):
                 losses = model(batch)
             total = compose_loss(losses, cfg)
             finite = accelerator.gather(torch.isfinite(total.detach()).reshape(1)).all()

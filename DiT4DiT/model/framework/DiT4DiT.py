@@ -32,6 +32,12 @@ def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
     return torch.as_tensor(np.stack([np.asarray(example[key]) for example in examples]))
 
 
+def autocast_enabled(config) -> bool:
+    """Whether the autocast sites (here and in the train step) run: bf16 mixed precision is asked for and CUDA, or
+    the NPU that torch_npu's transfer_to_npu puts behind torch.cuda, exists."""
+    return config.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
+
+
 @register_framework("DiT4DiT")
 class DiT4DiT(nn.Module):
     def __init__(self, config):
@@ -41,7 +47,7 @@ class DiT4DiT(nn.Module):
         self.repeated_diffusion_steps = config.trainer.repeated_diffusion_steps
         action_cfg = config.framework.action_model
         self.chunk_len = action_cfg.future_action_window_size + 1
-        self.autocast_enabled = config.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
+        self.autocast_enabled = autocast_enabled(config)
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
         head = build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim) if has_action_head(config) else None
         self.backbone_interface = CosmosBackboneInterface(config)
