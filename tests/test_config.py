@@ -11,6 +11,7 @@ from DiT4DiT.config.schema import (
     KNOWN_KEYS, UNUSED_BY_THE_ORIGINAL, ConfigError, OriginalKeysWarning, default_config, load_config,
     normalize_cli_overrides,
 )
+from DiT4DiT.config.keys import Key, coerce
 from DiT4DiT.config.validate import validate_training_config
 
 ROBOTWIN = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
@@ -99,6 +100,15 @@ def _load_recording(*args):
         warnings.simplefilter("always")
         cfg = load_config(*args)
     return cfg, [str(w.message) for w in record if issubclass(w.category, OriginalKeysWarning)]
+
+
+def test_a_key_declared_with_default_and_help_only_takes_its_defaults_type():
+    assert coerce("a.n", Key(3, "a count"), "7") == (7, None)
+    assert coerce("a.x", Key(0.5, "a rate"), "1e-3") == (0.001, None)
+    assert coerce("a.b", Key(False, "a switch"), True) == (True, None)
+    assert coerce("a.p", Key(None, "anything, or null"), 5) == (5, None)
+    with pytest.raises(ConfigError, match="a.n: expected a number, got 'x'"):
+        coerce("a.n", Key(3, "a count"), "x")
 
 
 def test_every_key_has_a_meaning_and_the_originals_defaults():

@@ -12,14 +12,14 @@ from typing import Any
 
 from DiT4DiT.config.errors import ConfigError
 
-KINDS = ("bool", "int", "float", "str", "int_list", "float_list", "str_list", "size")
+KINDS = ("bool", "int", "float", "str", "int_list", "float_list", "str_list", "size", "any")
 
 
 @dataclass(frozen=True)
 class Key:
     default: Any
     help: str
-    kind: str | None = None  # one of KINDS; None: the default's type (a default of None needs a kind)
+    kind: str | None = None  # one of KINDS; None: the default's type ("any": taken as given, for a null default)
     choices: tuple = ()  # allowed values (for a *_list: allowed items)
     min: float | None = None  # inclusive bounds (NaN is outside any bound)
     max: float | None = None
@@ -40,6 +40,8 @@ class Key:
 
 
 def kind_of(value: Any) -> str:
+    if value is None:
+        return "any"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
@@ -110,6 +112,8 @@ def coerce(path: str, key: Key, value: Any) -> tuple[Any, str | None]:
         value = key.aliases[lookup]
         note = f"{path}={lookup}: {key.alias_note} {value}" if key.alias_note else None
     kind = key.type
+    if kind == "any":
+        return value, note
     if kind == "size":
         typed = _size(path, value)
         _check_value(path, key, typed)
