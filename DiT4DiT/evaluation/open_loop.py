@@ -23,6 +23,7 @@ from DiT4DiT.dataloader.cache import write_json_atomic
 from DiT4DiT.dataloader.dataset import side_by_side
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
+from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy
 
 log = logging.getLogger("dit4dit.open_loop")
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data_mix", required=True)
     parser.add_argument("--episodes", type=int, default=4, help="most episodes to evaluate")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--device", default="auto", help="auto, npu, cuda or cpu")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="auto takes the first accelerator present, else the CPU")
     parser.add_argument("--unnorm_key", default=None)
     parser.add_argument("--cache_dir", default=None, help="index cache (default: the run's datasets.vla_data.cache_dir)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the flow-matching noise")

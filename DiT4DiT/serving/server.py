@@ -26,6 +26,7 @@ import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
 from DiT4DiT.serving import wire
+from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy, RequestError
 
 log = logging.getLogger("dit4dit.serve")
@@ -171,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="RUN/checkpoints/steps_N_pytorch_model.pt or RUN/final_model/pytorch_model.pt")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all interfaces)")
     parser.add_argument("--port", type=int, default=10093, help="0 picks a free port (logged at start)")
-    parser.add_argument("--device", default="auto", help="auto, npu, cuda or cpu (auto: npu, then cuda, then cpu)")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="auto takes the first accelerator present, else the CPU")
     parser.add_argument("--bf16", "--use_bf16", dest="bf16", action="store_true", help="cast the model to bfloat16")
     parser.add_argument("--unnorm_key", default=None, help="statistics tag, when the run trained on several robots")
     parser.add_argument("--max_batch", type=int, default=64, help="most examples in one request")
