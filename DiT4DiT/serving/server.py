@@ -126,19 +126,20 @@ class PolicyServer:
             return error_reply("inference_result", request_id, str(error))
         queued = time.perf_counter()
         try:
-            data, compute_s = await asyncio.get_running_loop().run_in_executor(
+            data, began, ended = await asyncio.get_running_loop().run_in_executor(
                 self._model_thread, self._timed_infer, examples)
         except Exception as error:  # the model's own error goes back to the client; the server keeps serving
             log.exception("request %s from %s failed in the model", request_id, peer)
             return error_reply("inference_result", request_id, f"{type(error).__name__}: {error}")
-        total_ms = (time.perf_counter() - started) * 1e3
         log.info("request %s from %s: %d example(s) in %.1f ms (model %.1f ms, waited %.1f ms)", request_id, peer,
-                 len(examples), total_ms, compute_s * 1e3, total_ms - compute_s * 1e3 - (queued - started) * 1e3)
+                 len(examples), (time.perf_counter() - started) * 1e3, (ended - began) * 1e3, (began - queued) * 1e3)
         return ok_reply("inference_result", request_id, data=data)
 
-    def _timed_infer(self, examples: list[dict]) -> tuple[dict, float]:
+    def _timed_infer(self, examples: list[dict]) -> tuple[dict, float, float]:
+        """The reply data with when the model thread started and finished it (waiting = start - queued)."""
         began = time.perf_counter()
-        return self.policy.infer(examples), time.perf_counter() - began
+        data = self.policy.infer(examples)
+        return data, began, time.perf_counter()
 
 
 @contextlib.contextmanager
