@@ -3,6 +3,7 @@ concurrent clients, bad requests, and a real server process stopped by SIGTERM."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import websockets
 from websockets.sync.client import connect
 
 from DiT4DiT.serving.client import PolicyClient, ServerError
-from DiT4DiT.serving.server import running_server
+from DiT4DiT.serving.server import PolicyServer, running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = (32, 96, 3)  # tiny config: 32-pixel views, RoboTwin's three side by side
@@ -185,6 +186,14 @@ def test_an_oversized_frame_closes_that_connection_with_1009_and_the_server_keep
     assert closed.value.rcvd.code == 1009
     with PolicyClient("127.0.0.1", server.port, wait_s=10) as client:
         assert client.infer([example()])["actions"].shape == (1, CHUNK, ACTION_DIM)
+
+
+def test_idle_timeout_stops_the_server(tiny_policy):
+    server = PolicyServer(tiny_policy, "127.0.0.1", 0, idle_timeout=0.5)
+    thread = threading.Thread(target=asyncio.run, args=(server.run(),), daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
 
 
 def server_process(*args: str, env: dict | None = None) -> subprocess.Popen:
