@@ -40,3 +40,4 @@ bench: tiny-assets
 	PYTHONPATH=. $(PY) bench/bench_model.py
 	PYTHONPATH=. $(PY) bench/bench_data.py
 	PYTHONPATH=. $(PY) bench/bench_train.py
+	PYTHONPATH=. $(PY) bench/bench_serving.py

@@ -1,2 +1,2 @@
 # Fixtures live beside the tests that own them: tiny pipeline and model configs, tiny datasets.
-pytest_plugins = ["fixtures_model", "fixtures_data"]
+pytest_plugins = ["fixtures_model", "fixtures_data", "fixtures_serving"]

@@ -1,0 +1,34 @@
+"""Simulator observations -> the request fields a served model takes (views, state), from the server's metadata."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from DiT4DiT.dataloader.transforms import Normalizer
+
+
+def side_by_side_views(views, size: int) -> np.ndarray:
+    """(size, size x views, 3) uint8: each view area-resized to size x size, concatenated along the width."""
+    resized = [np.asarray(Image.fromarray(np.asarray(view, dtype=np.uint8)).resize((size, size), Image.BOX))
+               for view in views]
+    return np.concatenate(resized, axis=1)
+
+
+class StateEncoder:
+    """Raw robot state -> (1, state_dim) float32 as in training: normalised with the run's statistics, zero-padded."""
+
+    def __init__(self, metadata: dict):
+        section = metadata["statistics"]["state"]
+        self.normalizer = Normalizer.from_statistics(section)
+        self.width = len(section["normalization"])
+        self.state_dim = int(metadata["state_dim"])
+
+    def __call__(self, raw) -> np.ndarray:
+        raw = np.asarray(raw, dtype=np.float64).reshape(-1)
+        if raw.size != self.width:
+            raise ValueError(f"the robot state has {raw.size} values but the run's statistics describe {self.width}; "
+                             "send the state keys the model was trained on, in the data config's order")
+        out = np.zeros((1, self.state_dim), dtype=np.float32)
+        out[0, : self.width] = self.normalizer.normalize(raw)
+        return out

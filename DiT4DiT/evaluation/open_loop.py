@@ -1,0 +1,134 @@
+"""Open-loop evaluation: predicted against recorded actions on held-out episodes, with errors and plots.
+
+    python -m DiT4DiT.evaluation.open_loop --ckpt RUN/checkpoints/steps_N_pytorch_model.pt \
+        --data_root_dir DIR --data_mix NAME [--episodes N] --out OUT
+
+Along each episode the model predicts a chunk at steps 0, chunk, 2 x chunk, ... from the recorded observation (as a
+robot executing whole chunks would query it), in the robot's units. OUT gets `summary.json` (overall and per-joint
+MSE / MAE, per episode too), `per_joint_error.png`, and one `episode_<dataset>_<n>.png` per episode.
+The episodes are the run's held-out ones (`datasets.vla_data.holdout_episodes` from the end of each dataset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from DiT4DiT.dataloader.cache import write_json_atomic
+from DiT4DiT.dataloader.dataset import side_by_side
+from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
+from DiT4DiT.serving.device import DEVICE_CHOICES
+from DiT4DiT.serving.policy import Policy
+
+log = logging.getLogger("dit4dit.open_loop")
+
+QUERIES_PER_BATCH = 16
+
+
+def joint_names(part) -> list[str]:
+    """`<key>.<i>` for every action dim of a dataset, in the model's output order."""
+    return [f"{key.split('.', 1)[-1]}.{i}" for key, s in zip(part.config.action_keys, part.action_slices)
+            for i in range(s.width)]
+
+
+def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, recorded) actions (steps, dims) of one episode, in the robot's units."""
+    first = int(part.ends[episode_position - 1]) if episode_position else 0
+    length = int(part.ends[episode_position]) - first
+    chunk = policy.shape.chunk
+    state_normalizer = Normalizer.from_statistics(policy.statistics["state"])
+    examples, recorded = [], []
+    for t in range(0, length, chunk):
+        raw = part.read(first + t, decode)
+        example = {"image": side_by_side(raw.views, policy.shape.image_size)[:1], "lang": raw.lang}
+        if policy.shape.state_dim:
+            state = np.zeros((1, policy.shape.state_dim), dtype=np.float32)
+            state[0, : raw.state.size] = state_normalizer.normalize(raw.state)
+            example["state"] = state
+        examples.append(example)
+        recorded.append(raw.action)
+    predicted = np.concatenate([policy.infer(examples[i:i + QUERIES_PER_BATCH])["actions"]
+                                for i in range(0, len(examples), QUERIES_PER_BATCH)])
+    width = recorded[0].shape[1]
+    if predicted.shape[-1] != width:
+        raise ValueError(f"{part.layout.root}: episodes record {width}-dim actions but the run's statistics describe "
+                         f"{predicted.shape[-1]}; evaluate on data of the robot the model was trained for")
+    return predicted.reshape(-1, width)[:length], np.concatenate(recorded)[:length]
+
+
+def evaluate(policy: Policy, dataset, episodes: int, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    per_episode, errors, names = [], [], None
+    for part in dataset.parts:
+        for position, episode in enumerate(part.episodes):
+            if len(per_episode) >= episodes:
+                break
+            predicted, recorded = evaluate_episode(policy, part, dataset.frame_decoder, position)
+            names = names or joint_names(part)
+            error = predicted.astype(np.float64) - recorded
+            errors.append(error)
+            label = f"{part.layout.root.name}_{int(episode)}"
+            plot = plot_episode(predicted, recorded, names, policy.shape.chunk,
+                                f"{part.layout.root.name}, episode {int(episode)}: predicted vs recorded",
+                                out / f"episode_{label}.png")
+            per_episode.append({"dataset": part.layout.root.name, "episode": int(episode), "steps": len(error),
+                                "mse": float(np.mean(error**2)), "mae": float(np.mean(np.abs(error))),
+                                "plot": plot.name})
+            log.info("%s: %d steps, MSE %.5f, MAE %.5f", label, len(error), per_episode[-1]["mse"],
+                     per_episode[-1]["mae"])
+    if not per_episode:
+        raise ValueError("no held-out episode to evaluate: the mixture's eval split is empty")
+    stacked = np.concatenate(errors)
+    mse, mae = np.mean(stacked**2, axis=0), np.mean(np.abs(stacked), axis=0)
+    plot_joint_errors(mse, mae, names, out / "per_joint_error.png")
+    summary = {"mse": float(np.mean(stacked**2)), "mae": float(np.mean(np.abs(stacked))), "steps": len(stacked),
+               "action_chunk": policy.shape.chunk, "joints": names,
+               "per_joint": {"mse": mse.tolist(), "mae": mae.tolist()}, "episodes": per_episode}
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    from DiT4DiT.config.schema import ConfigError, load_config
+    from DiT4DiT.dataloader.build import build_vla_dataset
+    from DiT4DiT.dataloader.errors import DataError
+    from DiT4DiT.serving.device import DeviceError, select_device
+
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.open_loop", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True, help="RUN/checkpoints/steps_N_pytorch_model.pt")
+    parser.add_argument("--data_root_dir", required=True)
+    parser.add_argument("--data_mix", required=True)
+    parser.add_argument("--episodes", type=int, default=4, help="most episodes to evaluate")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="auto takes the first accelerator present, else the CPU")
+    parser.add_argument("--unnorm_key", default=None)
+    parser.add_argument("--cache_dir", default=None, help="index cache (default: the run's datasets.vla_data.cache_dir)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the flow-matching noise")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = [f"datasets.vla_data.data_root_dir={args.data_root_dir}", f"datasets.vla_data.data_mix={args.data_mix}"]
+    if args.cache_dir:
+        overrides.append(f"datasets.vla_data.cache_dir={args.cache_dir}")
+    try:
+        device = select_device(args.device)
+        policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key)
+        dataset = build_vla_dataset(load_config(Path(args.ckpt).parent.parent / "config.yaml", overrides), split="eval")
+        torch.manual_seed(args.seed)
+        summary = evaluate(policy, dataset, args.episodes, Path(args.out))
+    except (DeviceError, ConfigError, DataError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{len(summary['episodes'])} episodes, {summary['steps']} steps: MSE {summary['mse']:.5f}, "
+          f"MAE {summary['mae']:.5f}; plots and summary.json in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""A trained DiT4DiT run as a policy: request checks, prediction, and actions in the robot's units."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from DiT4DiT.dataloader.transforms import Normalizer
+
+
+class RequestError(ValueError):
+    """A request the policy cannot answer; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class PolicyShape:
+    """What a request must look like for one trained model."""
+
+    image_size: int  # each camera view is image_size x image_size, views side by side
+    state_dim: int  # 0: the model takes no state
+    chunk: int  # action steps per prediction
+    action_dim: int  # model output width (padded); the robot's width is the statistics'
+    max_batch: int
+
+    @classmethod
+    def of(cls, config, max_batch: int) -> "PolicyShape":
+        head = config.framework.action_model
+        return cls(int(config.datasets.vla_data.image_size), int(head.state_dim or 0),
+                   int(head.future_action_window_size) + 1, int(head.action_dim), int(max_batch))
+
+
+def select_statistics(statistics: dict, unnorm_key: str | None, source: str) -> tuple[str, dict]:
+    """(tag, entry) of dataset_statistics.json: the only tag, or the one `unnorm_key` names."""
+    if unnorm_key is None:
+        if len(statistics) != 1:
+            raise ValueError(f"{source} holds statistics for {sorted(statistics)}; pick one with --unnorm_key")
+        unnorm_key = next(iter(statistics))
+    if unnorm_key not in statistics:
+        raise ValueError(f"--unnorm_key {unnorm_key!r} is not in {source}; it holds {sorted(statistics)}")
+    return unnorm_key, statistics[unnorm_key]
+
+
+class ActionUnnormalizer:
+    """Normalised model actions -> the robot's units, with the run's action statistics."""
+
+    def __init__(self, section: dict):
+        self.normalizer = Normalizer.from_statistics(section)
+        self.width = len(section["normalization"])
+        # As the original's clients: ranged dims are clipped to [-1, 1] first, so actions stay in the recorded range.
+        self._ranged = np.isin(self.normalizer.modes, ("min_max", "q99"))
+
+    def __call__(self, normalized: np.ndarray) -> np.ndarray:
+        y = np.asarray(normalized, dtype=np.float64)[..., : self.width]
+        y = np.where(self._ranged, np.clip(y, -1.0, 1.0), y)
+        return self.normalizer.unnormalize(y).astype(np.float32)
+
+
+def _frames(value, where: str) -> list[np.ndarray]:
+    frames = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not frames:
+        raise RequestError(f"{where}.image is an empty list; send at least the current frame")
+    for position, frame in enumerate(frames):
+        if not isinstance(frame, np.ndarray):
+            raise RequestError(f"{where}.image[{position}] is a {type(frame).__name__}, not a numpy array (H, W, 3)")
+        if frame.dtype != np.uint8 and frame.dtype.kind != "f":
+            raise RequestError(f"{where}.image[{position}] has dtype {frame.dtype}; send uint8 (0-255) or float (0-1)")
+    return frames
+
+
+class Policy:
+    """One loaded model answering checked requests; `infer` is not thread-safe (the server serialises it)."""
+
+    def __init__(self, model, shape: PolicyShape, statistics_tag: str, statistics: dict):
+        self.model = model
+        self.shape = shape
+        self.statistics_tag = statistics_tag
+        self.statistics = statistics
+        self.unnormalize = ActionUnnormalizer(statistics["action"])
+
+    @classmethod
+    def load(cls, ckpt: str | Path, device: torch.device, *, bf16: bool = False, unnorm_key: str | None = None,
+             max_batch: int = 64) -> "Policy":
+        from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
+
+        if not Path(ckpt).is_file():
+            raise FileNotFoundError(f"{ckpt}: no such checkpoint file")
+        stats_path = Path(ckpt).parent.parent / "dataset_statistics.json"
+        if not stats_path.is_file():
+            raise FileNotFoundError(f"{stats_path}: missing; the policy needs the run's statistics to return actions "
+                                    "in the robot's units (the trainer writes it into the run dir)")
+        tag, entry = select_statistics(json.loads(stats_path.read_text()), unnorm_key, str(stats_path))
+        model = DiT4DiT.from_pretrained(ckpt)
+        if model.action_model is None:
+            raise ValueError(f"{ckpt}: framework.cosmos25.training=video has no action head to serve")
+        # Frozen throughout: no gradients when serving, and a frozen text encoder lets the prompt cache encode
+        # each instruction once per server lifetime instead of once per request.
+        model.requires_grad_(False)
+        if bf16:
+            model = model.to(torch.bfloat16)
+        model = model.to(device).eval()
+        return cls(model, PolicyShape.of(model.config, max_batch), tag, entry)
+
+    def metadata(self) -> dict:
+        """Sent on connect. `env` as the original's server; the rest lets a client build requests without the run dir."""
+        return {
+            "env": "simpler_env",
+            "image_size": self.shape.image_size,
+            "state_dim": self.shape.state_dim,
+            "action_chunk": self.shape.chunk,
+            "action_dim": self.unnormalize.width,
+            "unnorm_key": self.statistics_tag,
+            "statistics": {"action": self.statistics["action"], "state": self.statistics["state"]},
+        }
+
+    def check(self, message) -> list[dict]:
+        """The request's examples, made into what the model takes; RequestError names what is wrong."""
+        if not isinstance(message, dict):
+            raise RequestError(f"a request is a map with 'examples'; got {type(message).__name__}")
+        examples = message.get("examples")
+        if isinstance(examples, dict):
+            examples = [examples]
+        if not isinstance(examples, list) or not examples:
+            raise RequestError("the request needs 'examples': a non-empty list of {image, lang, state} maps")
+        if len(examples) > self.shape.max_batch:
+            raise RequestError(f"{len(examples)} examples in one request; this server takes at most "
+                               f"{self.shape.max_batch} (--max_batch)")
+        checked = [self._check_example(example, f"examples[{i}]") for i, example in enumerate(examples)]
+        if len({ex["image"][0].shape for ex in checked}) > 1:
+            raise RequestError("the examples' images differ in shape; every example of one request needs the same views")
+        if len({"state" in ex for ex in checked}) > 1:
+            raise RequestError("some examples carry 'state' and some do not; send it in all or none")
+        return checked
+
+    def _check_example(self, example, where: str) -> dict:
+        if not isinstance(example, dict):
+            raise RequestError(f"{where} is a {type(example).__name__}; each example is a map with image, lang, state")
+        for key in ("image", "lang"):
+            if key not in example:
+                raise RequestError(f"{where} lacks '{key}'; each example needs image (H, W, 3), lang (str), state")
+        if not isinstance(example["lang"], str) or not example["lang"].strip():
+            raise RequestError(f"{where}.lang must be a non-empty instruction string")
+        frames = _frames(example["image"], where)
+        size = self.shape.image_size
+        for position, frame in enumerate(frames):
+            if frame.ndim != 3 or frame.shape[-1] != 3 or frame.shape[0] != size or frame.shape[1] % size:
+                raise RequestError(
+                    f"{where}.image[{position}] has shape {frame.shape}; this model takes ({size}, {size} x views, 3): "
+                    f"resize each camera view to {size}x{size} and put the views side by side")
+        # Copies: arrays off the wire are read-only views of the message, which torch refuses to wrap silently.
+        out = {"image": [np.array(frame) for frame in frames], "lang": example["lang"]}
+        if "state" in example:
+            out["state"] = self._check_state(example["state"], where)
+        return out
+
+    def _check_state(self, state, where: str) -> np.ndarray:
+        if not self.shape.state_dim:
+            raise RequestError(f"{where}.state: this model takes no state (framework.action_model.state_dim=0); drop it")
+        if not isinstance(state, np.ndarray) or state.dtype.kind not in "fiu":
+            raise RequestError(f"{where}.state must be a numeric numpy array of {self.shape.state_dim} values")
+        if state.size != self.shape.state_dim or state.ndim > 2:
+            raise RequestError(f"{where}.state has shape {state.shape}; this model takes (1, {self.shape.state_dim}) "
+                               "(normalised as in training, zero-padded to framework.action_model.state_dim)")
+        if not np.isfinite(state).all():
+            raise RequestError(f"{where}.state holds NaN or infinite values")
+        return state.reshape(1, self.shape.state_dim).astype(np.float32)
+
+    def infer(self, examples: list[dict]) -> dict[str, np.ndarray]:
+        """normalized_actions (B, chunk, action_dim), as the original's server; actions: the same in robot units."""
+        normalized = self.model.predict_action(examples)["normalized_actions"]
+        return {"normalized_actions": normalized.astype(np.float32), "actions": self.unnormalize(normalized)}

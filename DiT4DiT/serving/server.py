@@ -1,0 +1,211 @@
+"""Websocket policy server speaking the original DiT4DiT protocol (UPSTREAM_SPEC §8).
+
+    python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt [--port 10093] [--device auto]
+
+Per connection the server first sends its metadata, then answers each binary msgpack frame:
+`{"type": "ping"}` -> `{status: "ok", ok: true, type: "ping", request_id}`; `{"examples": [...], ...}` (type
+"infer", the default, or "predict_action") -> `{status: "ok", ok: true, type: "inference_result", request_id,
+data: {normalized_actions, actions}}`. A request it cannot answer gets `{status: "error", ok: false, type,
+request_id, error: {message}}` and the connection stays open. One model thread runs the requests of all
+connections in arrival order, so concurrent clients never share a batch or a buffer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import signal
+import sys
+import threading
+import time
+
+import websockets
+from websockets.asyncio.server import ServerConnection, serve
+
+from DiT4DiT.serving import wire
+from DiT4DiT.serving.device import DEVICE_CHOICES
+from DiT4DiT.serving.policy import Policy, RequestError
+
+log = logging.getLogger("dit4dit.serve")
+
+INFER_TYPES = ("infer", "predict_action")
+
+
+def ok_reply(kind: str, request_id, **fields) -> dict:
+    return {"status": "ok", "ok": True, "type": kind, "request_id": request_id, **fields}
+
+
+def error_reply(kind: str, request_id, message: str) -> dict:
+    return {"status": "error", "ok": False, "type": kind, "request_id": request_id, "error": {"message": message}}
+
+
+class PolicyServer:
+    def __init__(self, policy: Policy, host: str = "0.0.0.0", port: int = 10093, *,
+                 max_message_bytes: int = 256 << 20, idle_timeout: float = -1):
+        self.policy = policy
+        self.host, self.port = host, port
+        self.max_message_bytes = max_message_bytes
+        self.idle_timeout = idle_timeout
+        self._metadata = wire.pack(policy.metadata())
+        self._model_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
+        self._last_message = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+
+    async def run(self, on_ready=None) -> None:
+        """Serve until stop() (or SIGTERM/SIGINT when installed); on_ready(port) once listening."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        async with serve(self._connection, self.host, self.port, compression=None,
+                         max_size=self.max_message_bytes) as server:
+            self.port = server.sockets[0].getsockname()[1]
+            log.info("serving %s on ws://%s:%d", type(self.policy.model).__name__, self.host, self.port)
+            if on_ready is not None:
+                on_ready(self.port)
+            watchdog = asyncio.ensure_future(self._idle_watchdog()) if self.idle_timeout > 0 else None
+            await self._stopping.wait()
+            if watchdog is not None:
+                watchdog.cancel()
+            server.close()
+            await server.wait_closed()
+        self._model_thread.shutdown(wait=True)
+        log.info("stopped")
+
+    def stop(self) -> None:
+        """Thread-safe: close the listener and every connection, then return from run()."""
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(signum, self._stopping.set)
+
+    async def _idle_watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(min(5.0, self.idle_timeout))
+            if time.monotonic() - self._last_message > self.idle_timeout:
+                log.info("no request for %ss (--idle_timeout): stopping", self.idle_timeout)
+                self._stopping.set()
+                return
+
+    async def _connection(self, websocket: ServerConnection) -> None:
+        peer = websocket.remote_address
+        log.info("connection from %s opened", peer)
+        await websocket.send(self._metadata)
+        try:
+            async for frame in websocket:
+                self._last_message = time.monotonic()
+                await websocket.send(wire.pack(await self._answer(frame, peer)))
+        except websockets.ConnectionClosed as closed:
+            log.info("connection from %s closed: %s", peer, closed)
+            return
+        log.info("connection from %s closed", peer)
+
+    async def _answer(self, frame, peer) -> dict:
+        started = time.perf_counter()
+        if isinstance(frame, str):
+            return error_reply("invalid_request", "default", "text frame received; send msgpack as a binary frame")
+        try:
+            message = wire.unpack(frame)
+        except Exception as error:  # msgpack raises several unrelated types for undecodable bytes
+            return error_reply("invalid_request", "default", f"the frame is not msgpack ({type(error).__name__}: {error})")
+        if not isinstance(message, dict):
+            return error_reply("invalid_request", "default", f"a request is a map; got {type(message).__name__}")
+        request_id, kind = message.get("request_id", "default"), message.get("type", "infer")
+        if kind == "ping":
+            return ok_reply("ping", request_id)
+        if kind not in INFER_TYPES:
+            return error_reply("unknown", request_id, f"unsupported message type {kind!r}; use ping or infer")
+        try:
+            examples = self.policy.check(message)
+        except RequestError as error:
+            log.warning("request %s from %s refused: %s", request_id, peer, error)
+            return error_reply("inference_result", request_id, str(error))
+        queued = time.perf_counter()
+        try:
+            data, began, ended = await asyncio.get_running_loop().run_in_executor(
+                self._model_thread, self._timed_infer, examples)
+        except Exception as error:  # the model's own error goes back to the client; the server keeps serving
+            log.exception("request %s from %s failed in the model", request_id, peer)
+            return error_reply("inference_result", request_id, f"{type(error).__name__}: {error}")
+        log.info("request %s from %s: %d example(s) in %.1f ms (model %.1f ms, waited %.1f ms)", request_id, peer,
+                 len(examples), (time.perf_counter() - started) * 1e3, (ended - began) * 1e3, (began - queued) * 1e3)
+        return ok_reply("inference_result", request_id, data=data)
+
+    def _timed_infer(self, examples: list[dict]) -> tuple[dict, float, float]:
+        """The reply data with when the model thread started and finished it (waiting = start - queued)."""
+        began = time.perf_counter()
+        data = self.policy.infer(examples)
+        return data, began, time.perf_counter()
+
+
+@contextlib.contextmanager
+def running_server(policy: Policy, host: str = "127.0.0.1", **options):
+    """A PolicyServer on its own thread for the duration of the block; yields it (its .port is bound)."""
+    server = PolicyServer(policy, host, port=options.pop("port", 0), **options)
+    ready, failure = threading.Event(), []
+
+    def target():
+        try:
+            asyncio.run(server.run(on_ready=lambda port: ready.set()))
+        except BaseException as error:  # surfaced to the caller below, not lost in the thread
+            failure.append(error)
+            ready.set()
+
+    thread = threading.Thread(target=target, name="policy-server", daemon=True)
+    thread.start()
+    ready.wait(timeout=60)
+    if failure or not ready.is_set():
+        raise RuntimeError(f"the policy server did not start: {failure[0] if failure else 'timed out'}")
+    try:
+        yield server
+    finally:
+        server.stop()
+        thread.join(timeout=60)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.serving.server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", "--ckpt_path", dest="ckpt", required=True,
+                        help="RUN/checkpoints/steps_N_pytorch_model.pt or RUN/final_model/pytorch_model.pt")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all interfaces)")
+    parser.add_argument("--port", type=int, default=10093, help="0 picks a free port (logged at start)")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="auto takes the first accelerator present, else the CPU")
+    parser.add_argument("--bf16", "--use_bf16", dest="bf16", action="store_true", help="cast the model to bfloat16")
+    parser.add_argument("--unnorm_key", default=None, help="statistics tag, when the run trained on several robots")
+    parser.add_argument("--max_batch", type=int, default=64, help="most examples in one request")
+    parser.add_argument("--max_message_mb", type=float, default=256.0,
+                        help="larger frames close the connection with code 1009 (message too big)")
+    parser.add_argument("--idle_timeout", type=float, default=-1, help="stop after this many idle seconds; -1 never")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from DiT4DiT.config.schema import ConfigError
+    from DiT4DiT.serving.device import DeviceError, select_device
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    try:
+        device = select_device(args.device)
+        policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch)
+    except (DeviceError, ConfigError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    log.info("model from %s on %s (statistics %s)", args.ckpt, device, policy.statistics_tag)
+    server = PolicyServer(policy, args.host, args.port, max_message_bytes=int(args.max_message_mb * (1 << 20)),
+                          idle_timeout=args.idle_timeout)
+
+    async def serve_until_signal():
+        await server.run(on_ready=lambda port: server.install_signal_handlers())
+
+    asyncio.run(serve_until_signal())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
