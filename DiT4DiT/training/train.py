@@ -226,15 +226,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     scheduler = build_lr_scheduler(optimizer, trainer_cfg)
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    if cfg.framework.cosmos25.prompt_cache:
-        # Every instruction is encoded once, up front, on the device.
-        instructions = set(train_set.instructions()) | set(eval_set.instructions() if eval_set else [])
-        unwrapped.cache_prompts(sorted(instructions))
-        text_encoder = unwrapped.backbone_interface.extractor.text_encoder
-        if not any(p.requires_grad for p in text_encoder.parameters()):
-            # Frozen and fully cached, it never runs again: its weights (~16 GB for the 2B snapshot's
-            # 7B text encoder) go back to host memory, where a cache miss can still use it.
-            text_encoder.to("cpu")
+    # [scale] the model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder
+    unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])], accelerator)
     if resume:
         restore_training_state(resume[0], model, optimizer, scheduler, accelerator)
         log.info("resumed from %s at step %d", resume[0], start_step)
