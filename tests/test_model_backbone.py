@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from DiT4DiT.model.framework import build_framework
-from DiT4DiT.model.modules.cosmos_backbone import latent_frame_count, wasted_frames_message
+from DiT4DiT.model.freezing import freeze_modules
+from DiT4DiT.model.modules.cosmos_backbone import latent_frame_count, unused_parameters_expected, wasted_frames_message
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 
@@ -129,3 +130,26 @@ def test_early_exit_gives_the_full_pass_features_and_losses(tiny_model_cfg, tiny
     assert early_calls == 1  # the video-loss pass still runs every block
     assert torch.equal(full.features, early.features)
     assert torch.equal(full.future_video_loss, early.future_video_loss)
+
+
+TEXT_ENCODER, VAE, TRANSFORMER = (f"backbone_interface.extractor.{m}" for m in ("text_encoder", "vae", "transformer"))
+
+
+@pytest.mark.parametrize("mode, frozen, expected", [
+    ("joint", f"{TEXT_ENCODER},{VAE}", False),
+    ("joint", TEXT_ENCODER, True),
+    ("action", f"{TEXT_ENCODER},{VAE}", True),
+    ("action", f"{TEXT_ENCODER},{VAE},{TRANSFORMER}", False),
+    ("video", f"{TEXT_ENCODER},{VAE}", False),
+    ("video", "", True),
+])
+def test_unused_parameters_are_expected_exactly_when_a_step_leaves_some_without_gradient(
+        tiny_model_cfg, tiny_examples, mode, frozen, expected):
+    cfg = tiny_model_cfg(f"framework.cosmos25.training={mode}", f"trainer.freeze_modules='{frozen}'",
+                         "framework.cosmos25.prompt_cache=false")
+    model = build_framework(cfg)
+    freeze_modules(model, cfg.trainer.freeze_modules)
+    sum(model(tiny_examples(cfg)).values()).backward()
+    without_gradient = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert unused_parameters_expected(cfg) == expected
+    assert bool(without_gradient) == expected, without_gradient[:3]

@@ -31,6 +31,7 @@ from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overri
 from DiT4DiT.config.validate import validate_training_config
 from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
+from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.freezing import freeze_modules, module_paths
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
@@ -56,9 +57,9 @@ def parse_config(argv: list[str] | None) -> DictConfig:
 
 def build_accelerator(cfg: DictConfig) -> Accelerator:
     """From the launch configuration (accelerate launch --config_file ...), plus what our config decides."""
-    # Parameters may get no gradient in a step (the VAE decoder, the video transformer in action mode); DDP must
-    # not wait for them. No buffer needs syncing (they are constants), and the text encoder's sit in host memory.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=True, broadcast_buffers=False)
+    # [scale] DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
+    # No buffer needs syncing (they are constants), and the released text encoder's are empty.
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
     accelerator = Accelerator(
         gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp]
     )

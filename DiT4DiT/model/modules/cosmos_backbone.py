@@ -20,6 +20,7 @@ from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.dataloader.cache import cache_root
+from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
@@ -27,6 +28,7 @@ from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptSt
 log = logging.getLogger(__name__)
 
 TRAINING_MODES = ("joint", "action", "video")
+EXTRACTOR_PATH = "backbone_interface.extractor"
 FLOW_MATCHING_LOSS_TYPES = ("flow_matching", "latent_flow_matching", "rectified_flow", "rf")
 TIME_DISTRIBUTIONS = ("logit_normal", "uniform")
 
@@ -43,6 +45,19 @@ class _FeaturesCaptured(Exception):
 class BackboneOutput:
     features: torch.Tensor | None  # (B, S, hidden), detached; None when not requested
     future_video_loss: torch.Tensor | None  # scalar; None when not computed
+
+
+def unused_parameters_expected(cfg) -> bool:
+    """Whether a training step leaves some trainable parameter without a gradient (DDP must then look for them).
+
+    The text encoder always has unused parts (its LM head, its vision tower), the VAE's decoder never runs, and
+    in action mode the transformer runs only the no-grad feature pass; everything else gets a gradient.
+    """
+    frozen = module_paths(cfg.trainer.freeze_modules)
+    never_differentiated = [f"{EXTRACTOR_PATH}.text_encoder", f"{EXTRACTOR_PATH}.vae"]
+    if str(cfg.framework.cosmos25.training).lower() == "action":
+        never_differentiated.append(f"{EXTRACTOR_PATH}.transformer")
+    return any(not any(path == f or path.startswith(f + ".") for f in frozen) for path in never_differentiated)
 
 
 def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
