@@ -17,7 +17,6 @@ import os
 import resource
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +28,16 @@ from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
 from DiT4DiT.config.validate import validate_training_config
-from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
+from DiT4DiT.dataloader import DataError, build_vla_datasets, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
-from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.freezing import freeze_modules, module_paths
+from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
-from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
+from DiT4DiT.training.finite_guard import NonFiniteGuard
+from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve, read_metrics
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
+from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchSampler, iterate_batches
 
 log = logging.getLogger("dit4dit.train")
@@ -93,21 +94,24 @@ def compose_loss(losses: dict[str, torch.Tensor], cfg: DictConfig) -> torch.Tens
     return total
 
 
-def train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, step, batch_position) -> dict[str, float]:
-    """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics."""
-    metrics: dict[str, float] = defaultdict(float)
+def train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, step, batch_position) -> dict[str, torch.Tensor]:
+    """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics (on the device)."""
+    metrics: dict[str, torch.Tensor] = {}
     n_micro = len(micro_batches)
+    guard = NonFiniteGuard()  # [scale]
     for micro, batch in enumerate(micro_batches):
         with accelerator.accumulate(model):
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.trainer.mixed_precision == "bf16"):
                 losses = model(batch)
             total = compose_loss(losses, cfg)
-            finite = accelerator.gather(torch.isfinite(total.detach()).reshape(1)).all()
-            if not finite:
-                epoch, index = batch_position(micro)
-                values = {k: float(v) for k, v in losses.items()}
+            guard.watch(losses, total)  # [scale]
+            # [scale] one host wait per optimizer step, before the backward that updates the weights
+            non_finite = guard.first_non_finite(accelerator.gather) if accelerator.sync_gradients else None
+            if non_finite is not None:
+                bad_micro, values = non_finite
+                epoch, index = batch_position(bad_micro)
                 raise TrainingError(
-                    f"non-finite loss at optimizer step {step + 1}, micro-batch {micro} (epoch {epoch}, batch {index} "
+                    f"non-finite loss at optimizer step {step + 1}, micro-batch {bad_micro} (epoch {epoch}, batch {index} "
                     f"of the epoch): {values} on at least one rank. The last good checkpoint is kept; lower the "
                     "learning rate or check the data, then continue with --trainer.is_resume true"
                 )
@@ -117,14 +121,13 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, ste
                     grad_norm = model.get_global_grad_norm()  # DeepSpeed clips inside backward
                 else:
                     grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clipping)
-                metrics["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+                metrics["grad_norm"] = as_device_scalar(grad_norm, accelerator.device)  # [scale]
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
-        for name, value in losses.items():
-            metrics[name] += float(value) / n_micro
-        metrics["total_loss"] += float(total) / n_micro
-    return dict(metrics)
+        for name, value in [*losses.items(), ("total_loss", total)]:  # [scale] summed on the device
+            metrics[name] = metrics.get(name, 0) + value.detach() / n_micro
+    return metrics
 
 
 @torch.no_grad()
@@ -140,9 +143,11 @@ def eval_action_mse(model: torch.nn.Module, batch: list[dict]) -> float:
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """Host peak RSS of the run so far; device peak of the logging window (reset here)."""
     stats = {"host_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if device.type != "cpu":
         stats["device_peak_mb"] = torch.get_device_module(device).max_memory_allocated(device) / 2**20
+        torch.get_device_module(device).reset_peak_memory_stats(device)  # [scale]
     return stats
 
 
@@ -202,8 +207,10 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
 
     # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
-    train_set = build_vla_dataset(cfg, split="train")
-    eval_set = build_vla_dataset(cfg, split="eval") if model_has_action_head(cfg) else None
+    # [scale] both splits from one pass; one process per node indexes while the others wait, then read its cache
+    with accelerator.local_main_process_first():
+        datasets = build_vla_datasets(cfg, ("train", "eval") if model_has_action_head(cfg) else ("train",))
+    train_set, eval_set = datasets["train"], datasets.get("eval")
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
@@ -239,7 +246,7 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     sampler = ResumableBatchSampler(len(train_set), batch_size, rank, accelerator.num_processes, cfg.seed)
     batches = iterate_batches(train_set, sampler, start_step * accumulation, data_cfg.num_workers, collate_fn)
     eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None and is_main else None
-    logger = None
+    logger, window = None, DeviceWindow()  # [scale] every rank keeps its window on the device
     if is_main:
         if resume:
             trim_metrics(run_dir, start_step)
@@ -256,14 +263,16 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             position = lambda micro, step=step: sampler.position(step * accumulation + micro)  # noqa: E731
             values = train_step(model, optimizer, scheduler, accelerator, micro_batches, cfg, step, position)
             done = step + 1
+            window.add(values)  # [scale]
+            reduced = window.reduce(accelerator.gather) if due(done, trainer_cfg.logging_frequency, last) else None
             if logger is not None:
-                values["data_time"], values["model_time"] = model_start - data_start, time.perf_counter() - model_start
-                logger.record(values, samples=batch_size * accumulation * accelerator.num_processes)
+                timings = {"data_time": model_start - data_start, "model_time": time.perf_counter() - model_start}
+                logger.record(timings, samples=batch_size * accumulation * accelerator.num_processes)
                 logger.advance(done)
-                if due(done, trainer_cfg.logging_frequency, last):
+                if reduced is not None:  # [scale] losses and grad norm: mean over ranks, plus the loss maxima
                     lrs = {f"learning_rate/{g['name']}": g["lr"] for g in optimizer.param_groups}
                     epoch = {"epoch": sampler.position(done * accumulation)[0]}
-                    logger.flush(done, lrs | peak_memory_mb(accelerator.device) | epoch)
+                    logger.flush(done, reduced | lrs | peak_memory_mb(accelerator.device) | epoch)
             if eval_batch is not None and due(done, trainer_cfg.eval_interval, last):
                 logger.log({"step": done, "eval_action_mse": eval_action_mse(unwrapped, eval_batch)})
             if due(done, trainer_cfg.save_interval, last):
@@ -357,7 +366,7 @@ def save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, chec
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()  # [scale] each message once in train.log, rank-tagged where rank-specific
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers forks badly with DataLoader workers
     try:
         cfg = parse_config(argv)
