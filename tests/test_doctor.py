@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,20 @@ def test_parameter_count_and_estimate_scale(tiny_pipeline_dir):
     assert doubled.activation_gib == pytest.approx(2 * single.activation_gib)
     # 5 frames -> 2 latent frames; 32x96 pixels -> 2x6 patches: 24 tokens per sample.
     assert one.tokens_per_sample == 24
+
+
+def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    config = TINY_YAML.read_text().replace("data_root_dir: playground/Datasets/robotwin_tiny",
+                                           f"data_root_dir: {tiny_robotwin_root}")
+    config = config.replace("prompt_cache: true", f"prompt_cache: true\n    prompt_store_dir: {tmp_path / 'store'}")
+    (tmp_path / "config.yaml").write_text(config)
+    code, lines = doctor("--config_yaml", str(tmp_path / "config.yaml"), "--base_model", str(tiny_pipeline_dir),
+                         "--num_processes", "16")
+    assert code == 0, lines
+    tasks = {json.loads(line)["task"] for path in tiny_robotwin_root.glob("*/meta/tasks.jsonl")
+             for line in path.read_text().splitlines() if line.strip()}
+    # 64 tokens x (2 layers x 32) x 4 bytes = 16 KiB per instruction in the tiny pipeline.
+    assert lines["prompt_store"].startswith("PASS"), lines["prompt_store"]
+    assert f"{len(tasks)} instructions x 0.0 MiB" in lines["prompt_store"] and str(tmp_path / "store") in lines["prompt_store"]
+    assert lines["host_memory"].split()[0] in ("PASS", "WARN") and "16 process(es) x (" in lines["host_memory"]
+    assert not (tmp_path / "store").exists()  # estimating writes nothing
