@@ -1,7 +1,7 @@
 """DiT4DiT training-step time with and without the prompt-embedding store and the early-exit feature pass.
 
     .venv/bin/python bench/bench_model.py [--steps 40] [--batch 2] [--views 3] [--threads 1] [--pipeline DIR]
-    .venv/bin/python bench/bench_model.py --deep 12 --steps 20 [--mode action]   # transformer-dominated: early exit
+    .venv/bin/python bench/bench_model.py --deep 12 --views 1 --steps 10 [--mode action]   # early-exit gain
     python bench/bench_model.py --full-size --device cuda --batch 4 --views 3      # on a GPU host
 
 One model is built (text encoder and VAE frozen, as the launch scripts do) and trained on one fixed batch;
@@ -13,7 +13,7 @@ The feature pass alone (features only, no grad) is timed both ways too. Medians,
 with the text encoder released, as training does once every instruction is stored.
 
 By default the model is the tiny pipeline (the playground one, or a fresh one in a temporary folder), 32x32 px
-per view, 5 frames. --deep N swaps in a transformer of N blocks, 8 heads x 64 wide, features from block
+per view, 5 frames. --deep N swaps in a transformer of N blocks, 16 heads x 64 wide, features from block
 0.6 N (as 17 of 28 in the 2B model), 64x64 px per view, so the transformer dominates the step. --full-size uses random weights at the real sizes instead, built in memory because the
 real snapshot is not available offline: the 2B Cosmos transformer, a Cosmos-Reason1-7B-sized text encoder
 (28 x 3584), the Wan2.1 VAE and the DiT-B head at RoboTwin dims, bf16, 224 px per view, 512-token prompts.
@@ -119,11 +119,11 @@ def components_of(text_encoder, tokenizer, transformer, vae) -> CosmosComponents
     )
 
 
-DEEP_HEADS, DEEP_HEAD_DIM = 8, 64
+DEEP_HEADS, DEEP_HEAD_DIM = 16, 64
 
 
 def deep_components(blocks: int) -> CosmosComponents:
-    """The tiny text encoder and VAE with a transformer of `blocks` blocks, 8 x 64 wide (the tiny one's layout)."""
+    """The tiny text encoder and VAE with a transformer of `blocks` blocks, 16 x 64 wide (the tiny one's layout)."""
     from diffusers import CosmosTransformer3DModel
 
     width = DEEP_HEADS * DEEP_HEAD_DIM
