@@ -1,16 +1,20 @@
-"""DiT4DiT training-step time with and without the prompt-embedding cache, measured in one run.
+"""DiT4DiT training-step time with and without the prompt-embedding store and the early-exit feature pass.
 
     .venv/bin/python bench/bench_model.py [--steps 40] [--batch 2] [--views 3] [--threads 1] [--pipeline DIR]
+    .venv/bin/python bench/bench_model.py --deep 12 --views 1 --steps 10 [--mode action]   # early-exit gain
     python bench/bench_model.py --full-size --device cuda --batch 4 --views 3      # on a GPU host
 
 One model is built (text encoder and VAE frozen, as the launch scripts do) and trained on one fixed batch;
-blocks of forward + backward + AdamW steps alternate between the cache on (embeddings filled up front) and
-off (the prompt encoded every step, the original's behaviour), so both see the same machine load. Medians,
-their ratio and peak memory (process RSS on the CPU, allocator peak on an accelerator) are printed. On an
-accelerator a third setting moves the text encoder to the CPU once every instruction is cached.
+blocks of forward + backward + AdamW steps alternate between the settings so all see the same machine load:
+the store on (embeddings stored up front, memory-mapped) and off (the prompt encoded every step, the original's
+behaviour), and the feature pass stopping after block extract_layer or running every block (the original).
+The feature pass alone (features only, no grad) is timed both ways too. Medians, their ratios and peak memory
+(process RSS on the CPU, allocator peak on an accelerator) are printed. On an accelerator a last setting runs
+with the text encoder released, as training does once every instruction is stored.
 
 By default the model is the tiny pipeline (the playground one, or a fresh one in a temporary folder), 32x32 px
-per view, 5 frames. --full-size uses random weights at the real sizes instead, built in memory because the
+per view, 5 frames. --deep N swaps in a transformer of N blocks, 16 heads x 64 wide, features from block
+0.6 N (as 17 of 28 in the 2B model), 64x64 px per view, so the transformer dominates the step. --full-size uses random weights at the real sizes instead, built in memory because the
 real snapshot is not available offline: the 2B Cosmos transformer, a Cosmos-Reason1-7B-sized text encoder
 (28 x 3584), the Wan2.1 VAE and the DiT-B head at RoboTwin dims, bf16, 224 px per view, 512-token prompts.
 """
@@ -43,7 +47,16 @@ from DiT4DiT.model.modules.cosmos_pipeline import (  # noqa: E402
     CosmosComponents,
     PipelineShape,
 )
-from DiT4DiT.tools.tiny_cosmos import DEFAULT_OUT, build_scheduler, build_tokenizer, write_tiny_pipeline  # noqa: E402
+from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
+from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
+    DEFAULT_OUT,
+    build_scheduler,
+    build_text_encoder,
+    build_tokenizer,
+    build_transformer,
+    build_vae,
+    write_tiny_pipeline,
+)
 
 FROZEN = "backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae"
 # Real snapshot: 512 tokens x (28 layers x 3584) features in bf16.
@@ -89,10 +102,15 @@ def random_full_size_components(device: torch.device) -> CosmosComponents:
             vae = AutoencoderKLWan().eval()  # the class defaults are the Wan2.1 VAE
     finally:
         torch.set_default_dtype(default_dtype)
+    # Any token ids below the vocabulary size do for the tokenizer.
+    return components_of(text_encoder, build_tokenizer(), transformer, vae)
+
+
+def components_of(text_encoder, tokenizer, transformer, vae) -> CosmosComponents:
     z_dim = vae.config.z_dim
     return CosmosComponents(
         text_encoder=text_encoder,
-        tokenizer=build_tokenizer(),  # any token ids below the vocabulary size do
+        tokenizer=tokenizer,
         transformer=transformer,
         vae=vae,
         scheduler=build_scheduler(),
@@ -103,11 +121,26 @@ def random_full_size_components(device: torch.device) -> CosmosComponents:
     )
 
 
+DEEP_HEADS, DEEP_HEAD_DIM = 16, 64
+
+
+def deep_components(blocks: int) -> CosmosComponents:
+    """The tiny text encoder and VAE with a transformer of `blocks` blocks, 16 x 64 wide (the tiny one's layout)."""
+    from diffusers import CosmosTransformer3DModel
+
+    width = DEEP_HEADS * DEEP_HEAD_DIM
+    tiny = build_transformer().config
+    transformer = CosmosTransformer3DModel.from_config(
+        {**tiny, "num_layers": blocks, "num_attention_heads": DEEP_HEADS, "attention_head_dim": DEEP_HEAD_DIM,
+         "text_embed_dim": width, "encoder_hidden_states_channels": width}
+    ).eval()
+    tokenizer = build_tokenizer()
+    return components_of(build_text_encoder(tokenizer), tokenizer, transformer, build_vae())
+
+
 @contextlib.contextmanager
-def full_size_backbone(device: torch.device):
-    """Swap the folder loader for random full-size components (the only substitution in this bench)."""
-    shape = PipelineShape(hidden_size=2048, num_blocks=28, temporal_factor=4)
-    components = random_full_size_components(device)
+def substituted_backbone(shape: PipelineShape, components: CosmosComponents):
+    """Swap the folder loader for in-memory components (the only substitution in this bench)."""
     with mock.patch.object(cosmos_backbone, "read_pipeline_shape", lambda folder: shape), mock.patch.object(
         cosmos_backbone, "load_cosmos_components", lambda *args, **kwargs: components
     ):
@@ -138,13 +171,28 @@ def peak_memory_mib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+@torch.no_grad()
+def feature_pass_seconds(model, examples, device: torch.device) -> float:
+    images, instructions = [e["image"] for e in examples], [e["lang"] for e in examples]
+    synchronize(device)
+    start = time.perf_counter()
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type != "cpu"):
+        model.backbone_interface(images, instructions, want_features=True, want_video_loss=False)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def measure(model, examples, device: torch.device, steps: int, block: int = 5) -> dict:
     extractor = model.backbone_interface.extractor
-    cache = extractor.prompt_cache
-    model.cache_prompts([e["lang"] for e in examples])
+    store = extractor.prompt_store
+    instructions = [e["lang"] for e in examples]
+    extractor.prepare_prompts(instructions, Ranks(), release_encoder=False)  # "store off" still encodes
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    settings = {"cache on": cache, "cache off": None}  # None = framework.cosmos25.prompt_cache: false
+    # (prompt store, early exit); store None = framework.cosmos25.prompt_cache: false
+    settings = {"store on, early exit": (store, True), "store off, early exit": (None, True),
+                "store on, full feature pass": (store, False)}
     times = {name: [] for name in settings}
+    feature_times = {True: [], False: []}
     peaks = {}
 
     def run(name: str, count: int) -> None:
@@ -153,26 +201,31 @@ def measure(model, examples, device: torch.device, steps: int, block: int = 5) -
         times[name].extend(step_seconds(model, examples, optimizer, device) for _ in range(count))
         peaks[name] = max(peaks.get(name, 0.0), peak_memory_mib(device))
 
-    for name, setting in settings.items():  # warm-up
-        extractor.prompt_cache = setting
+    for setting in settings.values():  # warm-up
+        extractor.prompt_store, extractor.early_exit = setting
         for _ in range(2):
             step_seconds(model, examples, optimizer, device)
     for _ in range(0, steps, block):
         for name, setting in settings.items():
-            extractor.prompt_cache = setting
+            extractor.prompt_store, extractor.early_exit = setting
             run(name, block)
-    extractor.prompt_cache = cache
+        for early_exit in feature_times:
+            extractor.prompt_store, extractor.early_exit = store, early_exit
+            feature_times[early_exit].extend(feature_pass_seconds(model, examples, device) for _ in range(block))
+    extractor.prompt_store, extractor.early_exit = store, True
     if device.type != "cpu":
-        # With every instruction cached the text encoder is never called, so it can leave the accelerator.
-        extractor.text_encoder.to("cpu")
+        # Every instruction is stored, so the text encoder is released, as the trainer does.
+        extractor.prepare_prompts(instructions, Ranks(), release_encoder=True)
         torch.cuda.empty_cache()
-        times["cache on, text encoder on the CPU"] = []
-        run("cache on, text encoder on the CPU", steps)
+        times["store on, text encoder released"] = []
+        run("store on, text encoder released", steps)
+    embedding = store.embedding(instructions[0])
     return {
         "median": {name: statistics.median(t) for name, t in times.items()},
+        "feature_pass": {key: statistics.median(t) for key, t in feature_times.items()},
         "peak": peaks,
         "steps": steps,
-        "embedding_bytes": cache.nbytes() / len(cache),
+        "embedding_bytes": embedding.numel() * embedding.element_size(),
     }
 
 
@@ -184,6 +237,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     parser.add_argument("--device", default="cpu", help="torch device to train on, e.g. cpu or cuda")
     parser.add_argument("--full-size", action="store_true", help="random weights at the real model sizes")
+    parser.add_argument("--deep", type=int, metavar="BLOCKS", help="a transformer-dominated model of BLOCKS blocks")
+    parser.add_argument("--mode", default="joint", choices=["joint", "action"],
+                        help="framework.cosmos25.training (action: the transformer runs only the feature pass)")
     parser.add_argument(
         "--pipeline",
         type=Path,
@@ -195,14 +251,25 @@ def main() -> None:
     device = torch.device(args.device)
 
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        store = [f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}"]
         if args.full_size:
-            stack.enter_context(full_size_backbone(device))
-            cfg = load_config(None, FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={FROZEN}"])
+            shape = PipelineShape(hidden_size=2048, num_blocks=28, temporal_factor=4)
+            stack.enter_context(substituted_backbone(shape, random_full_size_components(device)))
+            cfg = load_config(None, FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={FROZEN}"] + store)
+        elif args.deep:
+            width = DEEP_HEADS * DEEP_HEAD_DIM
+            shape = PipelineShape(hidden_size=width, num_blocks=args.deep, temporal_factor=4)
+            stack.enter_context(substituted_backbone(shape, deep_components(args.deep)))
+            cfg = load_config(TINY_YAML, store + [
+                "framework.cosmos25.base_model=random-deep", f"framework.cosmos25.extract_layer={round(0.6 * args.deep)}",
+                f"framework.cosmos25.vl_hidden_dim={width}", "datasets.vla_data.image_size=64",
+                f"framework.action_model.diffusion_model_cfg.cross_attention_dim={width}"])
         else:
             pipeline = args.pipeline or (
                 DEFAULT_OUT if (DEFAULT_OUT / "model_index.json").is_file() else write_tiny_pipeline(Path(tmp) / "tiny")
             )
-            cfg = load_config(TINY_YAML, [f"framework.cosmos25.base_model={pipeline}"])
+            cfg = load_config(TINY_YAML, [f"framework.cosmos25.base_model={pipeline}"] + store)
+        cfg.framework.cosmos25.training = args.mode
         torch.manual_seed(0)
         model = build_framework(cfg).to(device)
         freeze_modules(model, FROZEN)
@@ -210,16 +277,22 @@ def main() -> None:
         result = measure(model, examples, device, args.steps)
 
     size = int(cfg.datasets.vla_data.image_size)
-    print(f"{'full-size (random weights)' if args.full_size else 'tiny'} DiT4DiT, joint mode, device {device}, "
-          f"batch {args.batch}, {args.views} view(s) of {size}x{size}, 5 frames, {result['steps']} steps per setting")
+    cosmos = cfg.framework.cosmos25
+    kind = "full-size (random weights)" if args.full_size else f"deep ({args.deep} blocks)" if args.deep else "tiny"
+    print(f"{kind} DiT4DiT, {args.mode} mode, device {device}, batch {args.batch}, {args.views} view(s) of {size}x{size}, "
+          f"5 frames, features from block {cosmos.extract_layer}, {result['steps']} steps per setting")
     width = max(len(name) for name in result["median"])
     for name, median in result["median"].items():
         peak = result["peak"][name]
         print(f"  step (fwd+bwd+AdamW), {name:{width}s}: {median * 1e3:8.1f} ms (median), peak {peak:.0f} MiB")
-    ratio = result["median"]["cache off"] / result["median"]["cache on"]
-    print(f"  ratio cache off / cache on: {ratio:.2f}x")
-    print(f"  one cached embedding: {result['embedding_bytes'] / 2**10:.1f} KiB here; real snapshot: "
-          f"{REAL_EMBEDDING_BYTES / 2**20:.0f} MiB (512 tokens x 28 layers x 3584, bf16, kept in pinned host memory)")
+    median, features = result["median"], result["feature_pass"]
+    print(f"  ratio store off / store on: {median['store off, early exit'] / median['store on, early exit']:.2f}x")
+    print(f"  ratio full feature pass / early exit, whole step: "
+          f"{median['store on, full feature pass'] / median['store on, early exit']:.2f}x")
+    print(f"  feature pass alone: {features[False] * 1e3:.1f} ms full, {features[True] * 1e3:.1f} ms early exit, "
+          f"ratio {features[False] / features[True]:.2f}x")
+    print(f"  one stored embedding: {result['embedding_bytes'] / 2**10:.1f} KiB here; real snapshot: "
+          f"{REAL_EMBEDDING_BYTES / 2**20:.0f} MiB (512 tokens x 28 layers x 3584, bf16, memory-mapped from the store)")
 
 
 if __name__ == "__main__":

@@ -30,11 +30,14 @@ def one_torch_thread():
 
 
 @pytest.fixture
-def tiny_model_cfg(tiny_pipeline_dir, one_torch_thread):
-    """tiny_model_cfg("a.b=c", ...) -> the tiny config pointing at the session's pipeline, with overrides."""
+def tiny_model_cfg(tiny_pipeline_dir, one_torch_thread, tmp_path):
+    """tiny_model_cfg("a.b=c", ...) -> the tiny config pointing at the session's pipeline, with overrides.
+
+    The prompt store goes to the test's temporary folder."""
 
     def make(*overrides: str):
-        return load_config(TINY_YAML, [f"framework.cosmos25.base_model={tiny_pipeline_dir}", *overrides])
+        return load_config(TINY_YAML, [f"framework.cosmos25.base_model={tiny_pipeline_dir}",
+                                       f"framework.cosmos25.prompt_store_dir={tmp_path / 'prompt_store'}", *overrides])
 
     return make
 

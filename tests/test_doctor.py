@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -151,3 +152,18 @@ def test_estimate_counts_what_the_freeze_list_freezes_and_the_mixtures_cameras(t
     assert estimate("backbone_interface").static_gib == listed.static_gib < estimate("").static_gib
     one_camera = estimate("", views=1)
     assert one_camera.tokens_per_sample * 3 == estimate("").tokens_per_sample
+def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    config = TINY_YAML.read_text().replace("data_root_dir: playground/Datasets/robotwin_tiny",
+                                           f"data_root_dir: {tiny_robotwin_root}")
+    config = config.replace("prompt_cache: true", f"prompt_cache: true\n    prompt_store_dir: {tmp_path / 'store'}")
+    (tmp_path / "config.yaml").write_text(config)
+    code, lines = doctor("--config_yaml", str(tmp_path / "config.yaml"), "--base_model", str(tiny_pipeline_dir),
+                         "--num_processes", "16")
+    assert code == 0, lines
+    tasks = {json.loads(line)["task"] for path in tiny_robotwin_root.glob("*/meta/tasks.jsonl")
+             for line in path.read_text().splitlines() if line.strip()}
+    # 64 tokens x (2 layers x 32) x 4 bytes = 16 KiB per instruction in the tiny pipeline.
+    assert lines["prompt_store"].startswith("PASS"), lines["prompt_store"]
+    assert f"{len(tasks)} instructions x 0.0 MiB" in lines["prompt_store"] and str(tmp_path / "store") in lines["prompt_store"]
+    assert lines["host_memory"].split()[0] in ("PASS", "WARN") and "16 process(es) x (" in lines["host_memory"]
+    assert not (tmp_path / "store").exists()  # estimating writes nothing

@@ -1,4 +1,4 @@
-"""The Cosmos backbone on the tiny pipeline: feature shapes, the hook, prompt embeddings and their cache."""
+"""The Cosmos backbone on the tiny pipeline: feature shapes, the hook, prompt embeddings."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import torch
 
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules
-from DiT4DiT.model.modules.cosmos_backbone import latent_frame_count, wasted_frames_message
+from DiT4DiT.model.modules.cosmos_backbone import latent_frame_count, unused_parameters_expected, wasted_frames_message
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
-from DiT4DiT.model.modules.prompt_cache import encode_prompts
-
-FROZEN = "backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae"
+from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 
 
 @pytest.mark.parametrize("views", [1, 3])
@@ -94,77 +92,6 @@ def test_latents_are_normalised_by_the_std(tiny_model_cfg):
     torch.testing.assert_close(extractor._normalise(latents), expected)
 
 
-def _count_text_encoder_calls(model) -> list:
-    calls = []
-    model.backbone_interface.extractor.text_encoder.register_forward_hook(lambda *args: calls.append(1))
-    return calls
-
-
-def test_prompt_cache_encodes_each_instruction_once(tiny_model_cfg, tiny_examples):
-    cfg = tiny_model_cfg()
-    model = build_framework(cfg)
-    freeze_modules(model, FROZEN)
-    extractor = model.backbone_interface.extractor
-    calls = _count_text_encoder_calls(model)
-    examples = tiny_examples(cfg, batch=3)
-    instructions = [e["lang"] for e in examples]
-
-    model.cache_prompts(instructions + instructions)
-    assert len(calls) == 1  # one batch for the three unique instructions
-    first = extractor.prompt_embeddings(instructions, torch.device("cpu"))
-    model(examples)
-    model(examples)
-    second = extractor.prompt_embeddings(instructions, torch.device("cpu"))
-    assert len(calls) == 1
-    assert torch.equal(first, second)
-    with torch.no_grad():
-        direct = encode_prompts(extractor.text_encoder, extractor.tokenizer, instructions, 64)
-    torch.testing.assert_close(first, direct)
-
-    calls.clear()
-    model.backbone_interface([examples[0]["image"]], ["an instruction not cached yet"], True, False)
-    assert len(calls) == 1
-
-
-def test_cached_embeddings_stay_in_host_memory_and_are_copied_per_batch(tiny_model_cfg, tiny_examples):
-    """At full size an entry is 98 MiB, and a mixture has thousands of instructions: no device could hold them."""
-    model = build_framework(tiny_model_cfg())
-    freeze_modules(model, FROZEN)
-    cache = model.backbone_interface.extractor.prompt_cache
-    calls = _count_text_encoder_calls(model)
-    instructions = ["pick up the red block", "open the drawer"]
-    model.cache_prompts(instructions)
-    on_device = cache.lookup(instructions[::-1], torch.device("meta"))
-    assert on_device.device.type == "meta" and on_device.shape == (2, 64, 64)
-    assert all(cache._table[p].device.type == "cpu" for p in instructions)
-    assert len(calls) == 1 and cache.nbytes() == 2 * 64 * 64 * 4
-
-
-def test_without_prompt_cache_every_forward_encodes(tiny_model_cfg, tiny_examples):
-    cfg = tiny_model_cfg("framework.cosmos25.prompt_cache=false")
-    model = build_framework(cfg)
-    freeze_modules(model, FROZEN)
-    calls = _count_text_encoder_calls(model)
-    examples = tiny_examples(cfg)
-    model.cache_prompts([e["lang"] for e in examples])
-    model(examples)
-    model(examples)
-    assert len(calls) == 2
-
-
-def test_trainable_text_encoder_bypasses_the_cache(tiny_model_cfg, tiny_examples):
-    """A cached embedding has no graph; with a trainable text encoder the original's gradient must survive."""
-    cfg = tiny_model_cfg()
-    model = build_framework(cfg)
-    examples = tiny_examples(cfg)
-    model.cache_prompts([e["lang"] for e in examples])
-    with pytest.warns(UserWarning, match="prompt_cache is on but the text encoder is trainable"):
-        losses = model(examples)
-    losses["future_video_loss"].backward()
-    grads = [p.grad for p in model.backbone_interface.extractor.text_encoder.parameters() if p.grad is not None]
-    assert grads and any(g.abs().sum() > 0 for g in grads)
-
-
 @pytest.mark.parametrize(
     "frames, expected",
     [(1, None), (5, None), (9, None), (8, "frames 6-8 are dropped; use 5 or 9"), (6, "frame 6 is dropped; use 5 or 9")],
@@ -176,3 +103,52 @@ def test_wasted_frames_message(frames, expected):
     else:
         assert expected in message and "video_delta_indices" in message
     assert latent_frame_count(frames, 4) == (frames - 1) // 4 + 1
+
+
+def test_early_exit_gives_the_full_pass_features_and_losses(tiny_model_cfg, tiny_examples):
+    cfg = tiny_model_cfg()
+    model = build_framework(cfg)
+    extractor = model.backbone_interface.extractor
+    assert extractor.extract_layer + 1 < len(extractor.transformer.transformer_blocks)
+    last_block_calls = []
+    extractor.transformer.transformer_blocks[-1].register_forward_hook(lambda *args: last_block_calls.append(1))
+    examples = tiny_examples(cfg)
+    images, instructions = [e["image"] for e in examples], [e["lang"] for e in examples]
+
+    def run(early_exit: bool, want_video_loss: bool):
+        extractor.early_exit = early_exit
+        last_block_calls.clear()
+        torch.manual_seed(3)
+        out = model.backbone_interface(images, instructions, want_features=True, want_video_loss=want_video_loss)
+        return out, len(last_block_calls)
+
+    (full, full_calls), (early, early_calls) = run(False, False), run(True, False)
+    assert (full_calls, early_calls) == (1, 0)
+    assert torch.equal(full.features, early.features)
+    (full, _), (early, early_calls) = run(False, True), run(True, True)
+    assert early_calls == 1  # the video-loss pass still runs every block
+    assert torch.equal(full.features, early.features)
+    assert torch.equal(full.future_video_loss, early.future_video_loss)
+
+
+TEXT_ENCODER, VAE, TRANSFORMER = (f"backbone_interface.extractor.{m}" for m in ("text_encoder", "vae", "transformer"))
+
+
+@pytest.mark.parametrize("mode, frozen, expected", [
+    ("joint", f"{TEXT_ENCODER},{VAE}", False),
+    ("joint", TEXT_ENCODER, True),
+    ("action", f"{TEXT_ENCODER},{VAE}", True),
+    ("action", f"{TEXT_ENCODER},{VAE},{TRANSFORMER}", False),
+    ("video", f"{TEXT_ENCODER},{VAE}", False),
+    ("video", "", True),
+])
+def test_unused_parameters_are_expected_exactly_when_a_step_leaves_some_without_gradient(
+        tiny_model_cfg, tiny_examples, mode, frozen, expected):
+    cfg = tiny_model_cfg(f"framework.cosmos25.training={mode}", f"trainer.freeze_modules='{frozen}'",
+                         "framework.cosmos25.prompt_cache=false")
+    model = build_framework(cfg)
+    freeze_modules(model, cfg.trainer.freeze_modules)
+    sum(model(tiny_examples(cfg)).values()).backward()
+    without_gradient = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert unused_parameters_expected(cfg) == expected
+    assert bool(without_gradient) == expected, without_gradient[:3]

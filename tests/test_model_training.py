@@ -143,7 +143,7 @@ def test_two_hundred_steps_halve_the_action_loss(tiny_model_cfg, tiny_examples):
     model = build_framework(cfg)
     freeze_modules(model, FROZEN)
     examples = tiny_examples(cfg, batch=2)
-    model.cache_prompts([e["lang"] for e in examples])
+    model.prepare_prompts([e["lang"] for e in examples])
 
     def evaluation_loss() -> float:
         # Same noise, flow times and backbone noise before and after training.

@@ -25,6 +25,7 @@ def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *ov
         "DiT4DiT/training/train.py", "--config_yaml", TINY_CONFIG,
         f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={data}",
         f"--run_root_dir={run_root}", f"--run_id={run_id}", "--trackers=[jsonl]",
+        f"--datasets.vla_data.cache_dir={run_root / 'cache'}",
         "--datasets.vla_data.num_workers=0", *overrides,
     ]
 
@@ -153,6 +154,17 @@ def test_two_processes_train_and_hold_equal_weights(tiny_pipeline_dir, tiny_robo
     result = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "ddp", "--trainer.max_train_steps=6",
                    "--trainer.save_interval=3", "--trainer.logging_frequency=3", processes=2)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Each dataset is scanned by one process only; each shared message appears once.
+    scans = [line for line in result.stderr.splitlines() if "scanning " in line]
+    assert scans and all("[rank 0] scanning" in line for line in scans)
+    assert len(scans) == len({line.split("scanning ")[1] for line in scans})
+    (store,) = [line for line in result.stderr.splitlines() if "prompt store: " in line]
+    instructions, encoded = (int(n) for n in store.split("prompt store: ")[1].split(" encoded")[0].split(" instructions, "))
+    assert instructions == encoded > 0 and "text encoder released" in store
+    assert result.stderr.count("prompt store: ") == 1
+    records = [r for r in metrics(tmp_path / "ddp") if "total_loss" in r]
+    assert [r["step"] for r in records] == [3, 6]
+    assert all(r["total_loss_max"] >= r["total_loss"] for r in records)
     (checks,) = [r["replica_weight_checksums"] for r in metrics(tmp_path / "ddp") if "replica_weight_checksums" in r]
     assert len(checks) == 2 and checks[0] == checks[1]
     assert (tmp_path / "ddp/checkpoints/steps_6_training_state/rng_rank1.pt").is_file()

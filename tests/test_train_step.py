@@ -31,13 +31,12 @@ class Regressor(torch.nn.Module):
         return {"action_loss": ((self.action_model(x) - y) ** 2).mean()}
 
 
-def _run(micro_batches, accumulation, seed_model):
+def _run(micro_batches, accumulation, model):
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     accelerator = Accelerator(gradient_accumulation_steps=accumulation, cpu=True)
     cfg = load_config(TINY_CONFIG, ["trainer.mixed_precision=no", "trainer.num_warmup_steps=0", "trainer.max_train_steps=10",
                                     "trainer.save_interval=10"])
-    model = copy.deepcopy(seed_model)
     optimizer = torch.optim.AdamW(build_param_groups(model, cfg.trainer.learning_rate), lr=1e-2)
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -50,8 +49,8 @@ def test_gradient_accumulation_matches_one_big_batch():
     torch.manual_seed(0)
     examples = [{"x": torch.randn(3), "y": torch.randn(1)} for _ in range(4)]
     seed_model = Regressor()
-    accumulated, values = _run([examples[:2], examples[2:]], 2, seed_model)
-    whole, _ = _run([examples], 1, seed_model)
+    accumulated, values = _run([examples[:2], examples[2:]], 2, copy.deepcopy(seed_model))
+    whole, _ = _run([examples], 1, copy.deepcopy(seed_model))
     assert not torch.equal(accumulated.action_model.weight, seed_model.action_model.weight)
     torch.testing.assert_close(accumulated.action_model.weight, whole.action_model.weight)
     assert set(values) == {"action_loss", "total_loss", "grad_norm"}
@@ -87,3 +86,15 @@ def test_bad_input_exits_2_before_anything_is_built(tmp_path, capsys, overrides,
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_non_finite_first_micro_batch_stops_the_step_before_any_weight_changes():
+    """The guard reads the flags once per optimizer step, before the last backward: micro-batch 0 is still named."""
+    torch.manual_seed(0)
+    good = [{"x": torch.randn(3), "y": torch.randn(1)}]
+    bad = [{"x": torch.full((3,), float("nan")), "y": torch.zeros(1)}]
+    model = Regressor()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(TrainingError, match=r"non-finite loss at optimizer step 1, micro-batch 0 \(epoch 0, batch 0"):
+        _run([bad, good], 2, model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

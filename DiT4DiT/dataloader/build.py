@@ -115,10 +115,12 @@ def _tag_statistics(members: list[tuple[EpisodeSteps, DatasetIndex]]) -> tuple[d
     return entry, (Normalizer(state_modes, state), Normalizer(action_modes, action))
 
 
-def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
-    """The mixture dataset named by `datasets.vla_data.data_mix`; `split="eval"` gives the held-out episodes."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: use one of {list(SPLITS)}")
+def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
+    """The mixture named by `datasets.vla_data.data_mix`, one dataset per split ("eval" = the held-out episodes),
+    from one pass over its folders: each dataset is indexed once and the statistics are merged once."""
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise ValueError(f"split={unknown[0]!r}: use one of {list(SPLITS)}")
     vla = cfg.datasets.vla_data
     shape = _sample_shape(cfg)
     decode = frame_decoder(vla.video_backend)
@@ -133,7 +135,7 @@ def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
                           "datasets (e.g. playground/Datasets/robotwin_tiny from python -m DiT4DiT.tools.tiny_robotwin)")
     root = Path(vla.data_root_dir).expanduser()
     cache_dir = cache_root(vla.cache_dir)
-    parts, weights, indexed = [], [], []
+    weights, indexed = [], []
     for entry in _present(entries, root, vla.data_mix):
         config = DATA_CONFIGS[entry.data_config]
         layout = DatasetLayout(root / entry.dataset)
@@ -142,17 +144,32 @@ def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
         index = load_index(layout, numeric, steps.language_column, cache_dir)
         check_widths(layout, index, steps.slices())
         _check_widths_fit(config, steps, shape)
-        steps.select_episodes(_split_episodes(layout, vla.holdout_episodes, split), index.lengths)
-        missing = steps.missing_videos()
-        if missing:
-            raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
-                            "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
-        parts.append(steps)
         weights.append(entry.weight)
         indexed.append((steps, index))
     statistics, normalizers = {}, {}
-    for tag in dict.fromkeys(p.config.embodiment_tag for p in parts):
+    for tag in dict.fromkeys(steps.config.embodiment_tag for steps, _ in indexed):
         statistics[tag], normalizers[tag] = _tag_statistics([m for m in indexed if m[0].config.embodiment_tag == tag])
     instructions = [steps.layout.tasks[t] for steps, index in indexed for tasks in index.episode_tasks.values()
                     for t in tasks]
-    return MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, cfg.seed, decode)
+    datasets = {}
+    for split in splits:
+        parts = [_split_steps(steps, index, shape, vla.holdout_episodes, split) for steps, index in indexed]
+        datasets[split] = MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, cfg.seed,
+                                         decode)
+    return datasets
+
+
+def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, holdout: int, split: str) -> EpisodeSteps:
+    layout = steps.layout
+    selected = EpisodeSteps(layout, steps.config, shape)
+    selected.select_episodes(_split_episodes(layout, holdout, split), index.lengths)
+    missing = selected.missing_videos()
+    if missing:
+        raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
+                        "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
+    return selected
+
+
+def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
+    """The mixture dataset named by `datasets.vla_data.data_mix`; `split="eval"` gives the held-out episodes."""
+    return build_vla_datasets(cfg, (split,))[split]

@@ -73,7 +73,9 @@ def load_index(layout: DatasetLayout, numeric: list[str], language_column: str, 
             statistics=cached["statistics"],
             episode_tasks={int(k): v for k, v in cached["episode_tasks"].items()},
         )
-    log.info("scanning %s (%d episodes) for statistics and steps", layout.root, len(layout.episodes))
+    # Rank-specific: one process per node scans (the others read its cache), and which one matters.
+    log.info("scanning %s (%d episodes) for statistics and steps", layout.root, len(layout.episodes),
+             extra={"rank_specific": True})
     index = _scan(layout, sorted(numeric), language_column)
     write_json_atomic(path, {"lengths": index.lengths, "widths": index.widths, "statistics": index.statistics,
                              "episode_tasks": index.episode_tasks})

@@ -96,8 +96,8 @@ class Policy:
         model = DiT4DiT.from_pretrained(ckpt)
         if model.action_model is None:
             raise ValueError(f"{ckpt}: framework.cosmos25.training=video has no action head to serve")
-        # Frozen throughout: no gradients when serving, and a frozen text encoder lets the prompt cache encode
-        # each instruction once per server lifetime instead of once per request.
+        # Frozen throughout: no gradients when serving. Instructions the run's prompt store holds are read from it;
+        # others are encoded by the text encoder.
         model.requires_grad_(False)
         if bf16:
             model = model.to(torch.bfloat16)

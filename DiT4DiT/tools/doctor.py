@@ -27,7 +27,7 @@ from pathlib import Path
 
 from DiT4DiT.facts import download_command
 from DiT4DiT.tools import folder_checks, npu_topology
-from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views
+from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 
 TORCH_VERSION = "2.7.1"
 # torch_npu release for torch 2.7.1 -> the CANN it is built for (Ascend/pytorch COMPATIBILITY, ASCEND_NOTES §3.1).
@@ -37,6 +37,13 @@ CPU_DEFAULTS = ("DiT4DiT/config/tiny/dit4dit_tiny.yaml", "playground/Pretrained_
 HCCL_CONNECT_RANGE = (120, 7200)
 HCCL_EXEC_DEFAULT, HCCL_EVENT_DEFAULT = 1836, 1868
 PROBE_TIMEOUT_S = 300
+GIB = 1024**3
+DATA_WORKER_GIB = 1  # a data-loader worker: decoded frames, prefetched batches, the parquet tables it touched
+STORE_ESTIMATE_PROBE = """
+import json
+from DiT4DiT.tools.store_estimate import estimate
+print(json.dumps(estimate({config!r}, {model!r})))
+"""
 
 _TORCH_NPU_PROBE = """
 import json, torch, torch_npu
@@ -83,6 +90,15 @@ def run_probe(code: str) -> tuple[dict | list | None, str]:
         lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
         return None, lines[-1] if lines else f"exit code {result.returncode}"
     return json.loads(result.stdout.strip().splitlines()[-1]), ""
+
+
+def read_meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes ({} where there is none)."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if line.split()[1:2] and line.split()[1].isdigit()}
 
 
 def patcher_api(names: list[str]) -> str | None:
@@ -317,9 +333,55 @@ class Doctor:
             return Check(name, "WARN", f"{need} > {free_gib:.1f} GiB free", smaller)
         return Check(name, "PASS", f"{need} <= {free_gib:.1f} GiB free")
 
+    def check_prompt_store(self) -> Check:
+        name = "prompt_store"
+        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        est, error = run_probe(STORE_ESTIMATE_PROBE.format(config=str(self.config_yaml), model=str(self.base_model)))
+        if est is None:
+            return Check(name, "WARN", f"could not estimate the store: {error}", "run python -m DiT4DiT.tools.store_estimate CONFIG BASE_MODEL")
+        if not est["prompt_cache"]:
+            return Check(name, "PASS", "framework.cosmos25.prompt_cache is off: prompts are encoded every step")
+        if not est["datasets"]:
+            return Check(name, "WARN", "no dataset of datasets.vla_data.data_mix found, so no instruction to count",
+                         "set datasets.vla_data.data_root_dir")
+        need = max(est["store_bytes"] - est["stored_bytes"], 0)
+        size = (f"{est['instructions']} instructions x {est['embedding_bytes'] / 2**20:.1f} MiB = "
+                f"{est['store_bytes'] / GIB:.1f} GiB at {est['store_dir']} ({est['stored_bytes'] / GIB:.1f} stored, "
+                f"{est['free_bytes'] / GIB:.1f} free)")
+        fix = f"set framework.cosmos25.prompt_store_dir to a folder with {need / GIB:.0f}+ GiB free (local disk or a shared filesystem)"
+        if need > est["free_bytes"]:
+            return Check(name, "FAIL", size, fix)
+        if need > 0.8 * est["free_bytes"]:
+            return Check(name, "WARN", size + ": the disk would be over 80% used", fix)
+        return Check(name, "PASS", size)
+
+    def check_host_memory(self) -> Check:
+        name = "host_memory"
+        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        counts = [safetensors_param_count(self.base_model / part) or 0 for part in ("text_encoder", "transformer", "vae")]
+        weights = sum(counts) * (4 if self.cfg.framework.cosmos25.torch_dtype == "float32" else 2)
+        workers = int(self.cfg.datasets.vla_data.num_workers) * DATA_WORKER_GIB * GIB
+        need = self.num_processes * (weights + workers)
+        meminfo = read_meminfo()
+        detail = (f"{self.num_processes} process(es) x ({weights / GIB:.1f} GiB of weights loaded on the host at start-up, "
+                  f"the text encoder's {counts[0] * weights / max(sum(counts), 1) / GIB:.1f} released once the prompt store is full, + "
+                  f"{self.cfg.datasets.vla_data.num_workers} data workers x ~{DATA_WORKER_GIB} GiB) = {need / GIB:.0f} GiB")
+        if "MemAvailable" not in meminfo:
+            return Check(name, "SKIP", detail + "; /proc/meminfo unreadable")
+        available = meminfo["MemAvailable"]
+        fix = "lower datasets.vla_data.num_workers or --num_processes per node, or free host memory"
+        if need > meminfo["MemTotal"]:
+            return Check(name, "FAIL", f"{detail} > {meminfo['MemTotal'] / GIB:.0f} GiB of host memory", fix)
+        if need > available:
+            return Check(name, "WARN", f"{detail} > {available / GIB:.0f} GiB available", fix)
+        return Check(name, "PASS", f"{detail} <= {available / GIB:.0f} GiB available")
+
     def run(self) -> list[Check]:
         return [self.check_devices(), self.check_soc(), self.check_cann(), self.check_versions(), self.check_libraries(),
-                self.check_mx_driving(), self.check_hccl(), self.check_config(), self.check_base_model(), self.check_memory()]
+                self.check_mx_driving(), self.check_hccl(), self.check_config(), self.check_base_model(), self.check_memory(),
+                self.check_prompt_store(), self.check_host_memory()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
-from DiT4DiT.model.modules.prompt_cache import SYSTEM_PROMPT
+from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
 
 DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-tiny")
 

@@ -6,12 +6,54 @@ import json
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"
+
+
+def as_device_scalar(value, device: torch.device) -> torch.Tensor:
+    """A grad norm as a device scalar, without a host read (DeepSpeed may give a float, or None before a step)."""
+    if torch.is_tensor(value):
+        return value.detach()
+    return torch.tensor(float("nan") if value is None else float(value), device=device)
+
+
+class DeviceWindow:
+    """Every rank's per-step values over a logging window, summed on the device: nothing is read in between.
+
+    At a log step every rank calls `reduce` (one collective, one host read): each value's mean over the window's
+    steps and all ranks, plus `<name>_max`, the largest per-step value on any rank, for each loss.
+    """
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.maxima: dict[str, torch.Tensor] = {}
+        self.steps = 0
+
+    def add(self, values: dict[str, torch.Tensor]) -> None:
+        for name, value in values.items():
+            value = value.detach().float().reshape(())
+            self.sums[name] = self.sums[name] + value if name in self.sums else value
+            if name.endswith("loss"):
+                self.maxima[name] = torch.maximum(self.maxima[name], value) if name in self.maxima else value
+        self.steps += 1
+
+    def reduce(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+        """Collective over ranks (`gather` = accelerator.gather); every rank gets the same record."""
+        names, maxima = sorted(self.sums), sorted(self.maxima)
+        local = torch.stack([self.sums[n] / self.steps for n in names] + [self.maxima[n] for n in maxima])
+        per_rank = gather(local.reshape(1, -1)).reshape(-1, local.numel()).cpu()
+        record = dict(zip(names, per_rank[:, : len(names)].mean(dim=0).tolist()))
+        record.update({f"{n}_max": v for n, v in zip(maxima, per_rank[:, len(names):].amax(dim=0).tolist())})
+        self.sums.clear()
+        self.maxima.clear()
+        self.steps = 0
+        return record
 
 
 class MetricsLogger:

@@ -18,7 +18,6 @@ import os
 import resource
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +31,17 @@ from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
 from DiT4DiT.config.validate import has_action_head, validate_training_config
-from DiT4DiT.dataloader import DataError, build_vla_dataset, collate_fn, save_dataset_statistics
+from DiT4DiT.dataloader import DataError, build_vla_datasets, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
+from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
-from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
+from DiT4DiT.training.finite_guard import NonFiniteGuard
+from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve, read_metrics
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
+from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
 
 log = logging.getLogger("dit4dit.train")
@@ -60,9 +62,9 @@ def parse_config(argv: list[str] | None) -> DictConfig:
 
 def build_accelerator(cfg: DictConfig) -> Accelerator:
     """From the launch configuration (accelerate launch --config_file ...), plus what our config decides."""
-    # Parameters may get no gradient in a step (the VAE decoder, the video transformer in action mode); DDP must
-    # not wait for them. No buffer needs syncing (they are constants), and the text encoder's sit in host memory.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=True, broadcast_buffers=False)
+    # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
+    # No buffer needs syncing (they are constants), and the released text encoder's are empty.
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
     accelerator = Accelerator(
         gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp]
     )
@@ -111,6 +113,7 @@ class Run:
     batches: Iterator[list[dict]] | None = None
     eval_batch: list[dict] | None = None
     logger: MetricsLogger | None = None
+    window: DeviceWindow = field(default_factory=DeviceWindow)  # every rank sums its values on the device
 
     @property
     def run_dir(self) -> Path:
@@ -125,22 +128,25 @@ class Run:
         return self.accelerator.unwrap_model(self.model)
 
 
-def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str, float]:
-    """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics."""
+def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str, torch.Tensor]:
+    """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics (on the device)."""
     model, accelerator, cfg = run.model, run.accelerator, run.cfg
-    metrics: dict[str, float] = defaultdict(float)
+    metrics: dict[str, torch.Tensor] = {}
     n_micro = len(micro_batches)
+    guard = NonFiniteGuard()
     for micro, batch in enumerate(micro_batches):
         with accelerator.accumulate(model):
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_enabled(cfg)):
                 losses = model(batch)
             total = compose_loss(losses, cfg)
-            finite = accelerator.gather(torch.isfinite(total.detach()).reshape(1)).all()
-            if not finite:
-                epoch, index = run.batch_order.position(step * n_micro + micro)
-                values = {k: float(v) for k, v in losses.items()}
+            guard.watch(losses, total)
+            # One host wait per optimizer step, before the backward that updates the weights.
+            non_finite = guard.first_non_finite(accelerator.gather) if accelerator.sync_gradients else None
+            if non_finite is not None:
+                bad_micro, values = non_finite
+                epoch, index = run.batch_order.position(step * n_micro + bad_micro)
                 raise TrainingError(
-                    f"non-finite loss at optimizer step {step + 1}, micro-batch {micro} (epoch {epoch}, batch {index} "
+                    f"non-finite loss at optimizer step {step + 1}, micro-batch {bad_micro} (epoch {epoch}, batch {index} "
                     f"of the epoch): {values} on at least one rank. The last good checkpoint is kept; lower the "
                     "learning rate or check the data, then continue with --trainer.is_resume true"
                 )
@@ -150,14 +156,13 @@ def train_step(run: Run, micro_batches: list[list[dict]], step: int) -> dict[str
                     grad_norm = model.get_global_grad_norm()  # DeepSpeed clips inside backward
                 else:
                     grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clipping)
-                metrics["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+                metrics["grad_norm"] = as_device_scalar(grad_norm, accelerator.device)
                 run.optimizer.step()
                 run.scheduler.step()
                 run.optimizer.zero_grad(set_to_none=True)
-        for name, value in losses.items():
-            metrics[name] += float(value) / n_micro
-        metrics["total_loss"] += float(total) / n_micro
-    return dict(metrics)
+        for name, value in [*losses.items(), ("total_loss", total)]:  # summed on the device
+            metrics[name] = metrics.get(name, 0) + value.detach() / n_micro
+    return metrics
 
 
 @torch.no_grad()
@@ -173,9 +178,11 @@ def eval_action_mse(model: torch.nn.Module, batch: list[dict]) -> float:
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """Host peak RSS of the run so far; device peak of the logging window (reset here)."""
     stats = {"host_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if device.type != "cpu":
         stats["device_peak_mb"] = torch.get_device_module(device).max_memory_allocated(device) / 2**20
+        torch.get_device_module(device).reset_peak_memory_stats(device)
     return stats
 
 
@@ -251,26 +258,18 @@ def build_optimizer(model: torch.nn.Module, trainer_cfg: DictConfig) -> torch.op
     )
 
 
-def cache_prompts(model: torch.nn.Module, datasets: list) -> None:
-    """Every instruction is encoded once, up front, on the device."""
-    model.cache_prompts(sorted({text for dataset in datasets for text in dataset.instructions()}))
-    text_encoder = model.backbone_interface.extractor.text_encoder
-    if not any(p.requires_grad for p in text_encoder.parameters()):
-        # Frozen and fully cached, it never runs again: its weights (~16 GB for the 2B snapshot's
-        # 7B text encoder) go back to host memory, where a cache miss can still use it.
-        text_encoder.to("cpu")
-
-
 def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     """Data, model, optimizer and schedule, restored from the latest training state when resuming."""
     run_dir, is_main = Path(cfg.output_dir), accelerator.is_main_process
     resume = find_resume_state(cfg, run_dir / "checkpoints", accelerator.num_processes)
     # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
-    train_set = build_vla_dataset(cfg, split="train")
+    # Both splits from one pass; one process per node indexes while the others wait, then read its cache.
+    with accelerator.local_main_process_first():
+        datasets = build_vla_datasets(cfg, ("train", "eval") if has_action_head(cfg) else ("train",))
+    train_set, eval_set = datasets["train"], datasets.get("eval")
     batch_size = cfg.datasets.vla_data.per_device_batch_size
     batch_order = ResumableBatchOrder(len(train_set), batch_size, accelerator.process_index, accelerator.num_processes, cfg.seed)
-    eval_set = build_vla_dataset(cfg, split="eval") if has_action_head(cfg) else None
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
@@ -280,8 +279,8 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
     run = Run(cfg, accelerator, model, optimizer, scheduler, batch_order, resume[1]["step"] if resume else 0, left_out)
-    if cfg.framework.cosmos25.prompt_cache:
-        cache_prompts(run.unwrapped, [train_set] + ([eval_set] if eval_set else []))
+    # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
+    run.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])], accelerator)
     if resume:
         restore_training_state(run, resume[0])
         log.info("resumed from %s at step %d", resume[0], run.start_step)
@@ -310,9 +309,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             model_start = time.perf_counter()
             values = train_step(run, micro_batches, step)
             done = step + 1
-            if run.logger is not None:
-                values["data_time"], values["model_time"] = model_start - data_start, time.perf_counter() - model_start
-                log_step(run, values, done)
+            timings = {"data_time": model_start - data_start, "model_time": time.perf_counter() - model_start}
+            log_step(run, values, timings, done)
             if run.eval_batch is not None and due(done, trainer.eval_interval, last):
                 run.logger.log({"step": done, "eval_action_mse": eval_action_mse(run.unwrapped, run.eval_batch)})
             if due(done, trainer.save_interval, last):
@@ -325,16 +323,22 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     return run.run_dir
 
 
-def log_step(run: Run, values: dict[str, float], done: int) -> None:
-    """Main process: the step's values into the window; every logging_frequency steps, one metrics record."""
+def log_step(run: Run, values: dict[str, torch.Tensor], timings: dict[str, float], done: int) -> None:
+    """Collective on log steps: the step's device values join the window; every logging_frequency steps the
+    window is reduced over ranks (mean, plus the loss maxima) and the main process writes one metrics record."""
     cfg, accumulation = run.cfg, run.cfg.trainer.gradient_accumulation_steps
+    run.window.add(values)
+    log_now = due(done, cfg.trainer.logging_frequency, cfg.trainer.max_train_steps)
+    reduced = run.window.reduce(run.accelerator.gather) if log_now else None
+    if run.logger is None:
+        return
     samples = cfg.datasets.vla_data.per_device_batch_size * accumulation * run.accelerator.num_processes
-    run.logger.record(values, samples=samples)
+    run.logger.record(timings, samples=samples)
     run.logger.advance(done)
-    if due(done, cfg.trainer.logging_frequency, cfg.trainer.max_train_steps):
+    if reduced is not None:
         lrs = {f"learning_rate/{g['name']}": g["lr"] for g in run.optimizer.param_groups}
         epoch = {"epoch": run.batch_order.position(done * accumulation)[0]}
-        run.logger.flush(done, lrs | peak_memory_mb(run.accelerator.device) | epoch)
+        run.logger.flush(done, reduced | lrs | peak_memory_mb(run.accelerator.device) | epoch)
 
 
 def save_final_model(run: Run) -> None:
@@ -415,7 +419,7 @@ def save_training_checkpoint(run: Run, step: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()  # each message once in train.log, rank-tagged where rank-specific
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers forks badly with DataLoader workers
     try:
         cfg = parse_config(argv)

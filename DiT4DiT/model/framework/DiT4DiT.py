@@ -21,6 +21,7 @@ from DiT4DiT.model.framework import build_framework, register_framework
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
+from DiT4DiT.model.modules.prompt_store import Ranks
 from DiT4DiT.model.modules.weights import load_trained_weights
 
 
@@ -54,9 +55,13 @@ class DiT4DiT(nn.Module):
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
 
-    def cache_prompts(self, instructions) -> None:
-        """Encode every instruction once, up front, so training never runs the text encoder again."""
-        self.backbone_interface.extractor.cache_prompts(instructions)
+    def prepare_prompts(self, instructions, accelerator=None):
+        """Once, after accelerator.prepare: every instruction into the prompt store (encoding split across ranks),
+        then the frozen text encoder is released; training never runs it again. Returns the store's FillReport."""
+        ranks = Ranks.from_accelerator(accelerator) if accelerator is not None else Ranks()
+        # A full state dict includes the text encoder, so it is kept when checkpoints must hold it.
+        release = not self.config.trainer.save_full_state_dict
+        return self.backbone_interface.extractor.prepare_prompts(instructions, ranks, release_encoder=release)
 
     def _state(self, examples: list[dict], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
         if "state" not in examples[0] or self.action_model.state_encoder is None:

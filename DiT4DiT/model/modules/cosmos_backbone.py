@@ -1,12 +1,15 @@
 """Cosmos-Predict2.5 as the feature extractor of DiT4DiT.
 
 One transformer step on [conditioning-frame latent, noise] gives the features of block `extract_layer`
-(captured by a forward hook, detached) that the action head attends to; a second, flow-matching pass over
-the future frames' latents gives the video loss that trains the transformer.
+(captured by a forward hook, detached; the pass stops there) that the action head attends to; a second,
+flow-matching pass over the future frames' latents gives the video loss that trains the transformer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import logging
 import warnings
 from dataclasses import dataclass
 
@@ -16,10 +19,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.facts import latent_frame_count, num_output_frames
+from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
-from DiT4DiT.model.modules.prompt_cache import PromptEmbeddingCache, encode_prompts
+from DiT4DiT.model.modules.prompt_encoding import encode_prompts
+from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
 
+log = logging.getLogger(__name__)
+
+EXTRACTOR_PATH = "backbone_interface.extractor"
 FLOW_MATCHING_LOSS_TYPES = ("flow_matching", "latent_flow_matching", "rectified_flow", "rf")
 
 
@@ -27,10 +36,27 @@ class FrameCountWarning(UserWarning):
     """The configured frame count leaves frames the VAE never sees."""
 
 
+class _FeaturesCaptured(Exception):
+    """Raised by the capture hook to end the feature pass after block `extract_layer`."""
+
+
 @dataclass
 class BackboneOutput:
     features: torch.Tensor | None  # (B, S, hidden), detached; None when not requested
     future_video_loss: torch.Tensor | None  # scalar; None when not computed
+
+
+def unused_parameters_expected(cfg) -> bool:
+    """Whether a training step leaves some trainable parameter without a gradient (DDP must then look for them).
+
+    The text encoder always has unused parts (its LM head, its vision tower), the VAE's decoder never runs, and
+    in action mode the transformer runs only the no-grad feature pass; everything else gets a gradient.
+    """
+    frozen = module_paths(cfg.trainer.freeze_modules)
+    never_differentiated = [f"{EXTRACTOR_PATH}.text_encoder", f"{EXTRACTOR_PATH}.vae"]
+    if cfg.framework.cosmos25.training == "action":
+        never_differentiated.append(f"{EXTRACTOR_PATH}.transformer")
+    return any(not any(path == f or path.startswith(f + ".") for f in frozen) for path in never_differentiated)
 
 
 def wasted_frames_message(num_frames: int, temporal_factor: int) -> str | None:
@@ -94,7 +120,8 @@ class CosmosFeatureExtractor(nn.Module):
         time_distribution: str,
         high_sigma_ratio: float | None,
         high_sigma_min: float,
-        use_prompt_cache: bool,
+        prompt_store: PromptStore | None,
+        early_exit: bool = True,
     ):
         super().__init__()
         self.text_encoder = components.text_encoder
@@ -119,11 +146,18 @@ class CosmosFeatureExtractor(nn.Module):
         self.scheduler.set_timesteps(1)
         self.feature_sigma = float(self.scheduler.sigmas[0])
 
-        self.prompt_cache = PromptEmbeddingCache(self._encode_prompts) if use_prompt_cache else None
+        # None = framework.cosmos25.prompt_cache off: the text encoder runs on every step, as in the original.
+        self.prompt_store = prompt_store
+        # The feature pass stops after block extract_layer: the later blocks' output is never used.
+        self.early_exit = early_exit
         self._warned_trainable_text_encoder = False
         self._capturing = False
+        self._in_feature_pass = False
         self._captured: torch.Tensor | None = None
-        self.transformer.transformer_blocks[extract_layer].register_forward_hook(self._capture_block_output)
+        blocks = self.transformer.transformer_blocks
+        blocks[extract_layer].register_forward_hook(self._capture_block_output)
+        if extract_layer + 1 < len(blocks):
+            blocks[extract_layer + 1].register_forward_pre_hook(self._stop_feature_pass)
 
     def _capture_block_output(self, module, args, output) -> None:
         # Only the first transformer call of a forward (the feature pass) is captured.
@@ -131,22 +165,58 @@ class CosmosFeatureExtractor(nn.Module):
             self._captured = (output[0] if isinstance(output, tuple) else output).detach()
             self._capturing = False
 
+    def _stop_feature_pass(self, module, args) -> None:
+        # A pre-hook on the block after extract_layer: every hook of extract_layer itself has run by now.
+        if self._in_feature_pass and self.early_exit:
+            raise _FeaturesCaptured
+
     def _encode_prompts(self, prompts: list[str]) -> torch.Tensor:
         return encode_prompts(self.text_encoder, self.tokenizer, prompts, self.max_sequence_length)
 
-    def cache_prompts(self, prompts) -> None:
-        if self.prompt_cache is not None:
-            self.prompt_cache.fill(prompts)
+    def _text_encoder_trainable(self) -> bool:
+        return self.text_encoder is not None and any(p.requires_grad for p in self.text_encoder.parameters())
+
+    def prepare_prompts(self, instructions, ranks: Ranks, release_encoder: bool) -> FillReport | None:
+        """Store every instruction's embedding (split across ranks), then release the text encoder if asked."""
+        if self.prompt_store is None:
+            log.info("prompt store off (framework.cosmos25.prompt_cache=false): prompts are encoded every step")
+            return None
+        if self._text_encoder_trainable():
+            log.info("prompt store unused: the text encoder is trainable, so prompts are encoded every step")
+            return None
+        report = self.prompt_store.fill(instructions, self._encode_prompts, ranks)
+        if release_encoder:
+            self._release_text_encoder()
+        log.info(
+            "prompt store: %d instructions, %d encoded now, %.1f MiB, at %s; text encoder %s",
+            report.instructions, report.encoded, report.store_bytes / 2**20, report.folder,
+            "released" if release_encoder else "kept (trainer.save_full_state_dict saves it)",
+        )
+        return report
+
+    def _release_text_encoder(self) -> None:
+        # Wrappers (DDP, DeepSpeed) keep references to every parameter, so dropping the module would free
+        # nothing: each tensor's storage is replaced by an empty one first.
+        for tensor in itertools.chain(self.text_encoder.parameters(), self.text_encoder.buffers()):
+            tensor.data = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+        self.text_encoder = None
 
     def prompt_embeddings(self, prompts: list[str], device: torch.device) -> torch.Tensor:
-        text_encoder_trainable = any(p.requires_grad for p in self.text_encoder.parameters())
-        if self.prompt_cache is not None and not text_encoder_trainable:
-            return self.prompt_cache.lookup(prompts, device)
-        if self.prompt_cache is not None and not self._warned_trainable_text_encoder:
+        store = self.prompt_store
+        if store is not None and not self._text_encoder_trainable():
+            missing = [p for p in dict.fromkeys(prompts) if not store.has(p)]
+            if not missing:
+                return store.lookup(prompts, device)
+            if self.text_encoder is None:
+                raise PromptStoreError(
+                    f"instruction {missing[0]!r} is not in the prompt store {store.folder} and the text encoder was "
+                    "released; every instruction the model will see must be passed to prepare_prompts"
+                )
+        elif store is not None and not self._warned_trainable_text_encoder:
             # A cached embedding has no graph, so a trainable text encoder would silently get no gradient.
             warnings.warn(
                 "framework.cosmos25.prompt_cache is on but the text encoder is trainable, so prompts are encoded "
-                "every step; add backbone_interface.extractor.text_encoder to trainer.freeze_modules to use the cache",
+                "every step; add backbone_interface.extractor.text_encoder to trainer.freeze_modules to use the store",
                 stacklevel=2,
             )
             self._warned_trainable_text_encoder = True
@@ -218,10 +288,13 @@ class CosmosFeatureExtractor(nn.Module):
         features = None
         if want_features:
             noise = torch.randn(batch, channels, num_latent, latent_h, latent_w, device=device)
-            self._captured, self._capturing = None, True
+            self._captured, self._capturing, self._in_feature_pass = None, True, True
             # Nothing but the (detached) hooked features is used from this pass, so it needs no graph.
-            with torch.no_grad():
-                run_transformer(noise, torch.full((batch, 1, 1, 1, 1), self.feature_sigma, device=device))
+            try:
+                with torch.no_grad(), contextlib.suppress(_FeaturesCaptured):  # the pre-hook ends the pass early
+                    run_transformer(noise, torch.full((batch, 1, 1, 1, 1), self.feature_sigma, device=device))
+            finally:
+                self._in_feature_pass = False
             features, self._captured, self._capturing = self._captured, None, False
 
         video_loss = None
@@ -292,6 +365,11 @@ class CosmosBackboneInterface(nn.Module):
         components = load_cosmos_components(
             cosmos.base_model, cosmos.torch_dtype, cosmos.attn_implementation, cosmos.local_files_only
         )
+        store = None
+        if cosmos.prompt_cache:
+            store_dir = cosmos.prompt_store_dir or cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
+            store = PromptStore(store_dir, encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
+                                components.text_encoder.dtype)
         self.extractor = CosmosFeatureExtractor(
             components,
             extract_layer=extract_layer,
@@ -300,7 +378,7 @@ class CosmosBackboneInterface(nn.Module):
             time_distribution=fm.time_distribution,
             high_sigma_ratio=fm.high_sigma_ratio,
             high_sigma_min=fm.high_sigma_min,
-            use_prompt_cache=cosmos.prompt_cache,
+            prompt_store=store,
         )
 
     def _stack_frames(self, images: list, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

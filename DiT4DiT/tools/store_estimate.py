@@ -1,0 +1,82 @@
+"""What the prompt-embedding store and the start-up will need: store size, free disk, host memory per node.
+
+    python -m DiT4DiT.tools.store_estimate CONFIG_YAML BASE_MODEL     -> one JSON line
+
+The store holds one embedding per unique instruction of the mixture: max_sequence_length tokens x (text-encoder
+layers x hidden size) in the pipeline dtype (512 x 28 x 3584 x 2 B = 98 MiB for the 2B snapshot). Imports the
+data package (and so torch): the doctor runs it in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from DiT4DiT.config.schema import load_config
+from DiT4DiT.dataloader.cache import cache_root
+from DiT4DiT.dataloader.mixtures import resolve_mixture
+from DiT4DiT.dataloader.reader import DatasetLayout
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def unique_instructions(cfg) -> tuple[int, int]:
+    """(unique task strings over the mixture's datasets found under data_root_dir, datasets found)."""
+    vla = cfg.datasets.vla_data
+    root = Path(vla.data_root_dir or ".").expanduser()
+    tasks, found = set(), 0
+    for entry in resolve_mixture(vla.data_mix):
+        if (root / entry.dataset / "meta" / "tasks.jsonl").is_file():
+            tasks.update(DatasetLayout(root / entry.dataset).tasks.values())
+            found += 1
+    return len(tasks), found
+
+
+def embedding_bytes(cfg, base_model: Path) -> int:
+    config = json.loads((base_model / "text_encoder" / "config.json").read_text())
+    text = config.get("text_config", config)
+    cosmos = cfg.framework.cosmos25
+    width = int(text["num_hidden_layers"]) * int(text["hidden_size"])
+    return int(cosmos.max_sequence_length) * width * DTYPE_BYTES[str(cosmos.torch_dtype)]
+
+
+def store_dir(cfg) -> Path:
+    """Where the trainer puts the store (framework.cosmos25.prompt_store_dir, else under the data cache dir)."""
+    configured = cfg.framework.cosmos25.prompt_store_dir
+    return Path(configured).expanduser() if configured else cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
+
+
+def stored_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*.safetensors")) if folder.is_dir() else 0
+
+
+def free_bytes(folder: Path) -> int:
+    """Free space on the filesystem that will hold `folder` (its nearest existing parent)."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
+def estimate(config_yaml: str, base_model: str) -> dict:
+    cfg = load_config(config_yaml, [f"framework.cosmos25.base_model={base_model}"])
+    instructions, datasets = unique_instructions(cfg)
+    folder = store_dir(cfg)
+    each = embedding_bytes(cfg, Path(base_model))
+    return {
+        "instructions": instructions,
+        "datasets": datasets,
+        "embedding_bytes": each,
+        "store_bytes": instructions * each,
+        "stored_bytes": stored_bytes(folder),
+        "store_dir": str(folder),
+        "free_bytes": free_bytes(folder),
+        "num_workers": int(cfg.datasets.vla_data.num_workers),
+        "prompt_cache": bool(cfg.framework.cosmos25.prompt_cache),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(estimate(sys.argv[1], sys.argv[2])))

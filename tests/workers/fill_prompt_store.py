@@ -1,0 +1,49 @@
+"""Run under `accelerate launch`: fill a prompt store from every rank, then write what this rank encoded.
+
+    fill_prompt_store.py STORE_DIR OUT_DIR      -> OUT_DIR/rank{r}.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
+
+INSTRUCTIONS = [f"task {i}: move object {i} to place {i % 3}" for i in range(9)]
+encoded_here: list[str] = []
+
+
+def encode(prompts: list[str]) -> torch.Tensor:
+    """A deterministic stand-in for the text encoder: each instruction's own seeded noise."""
+    rows = []
+    for prompt in prompts:
+        generator = torch.Generator().manual_seed(sum(prompt.encode()))
+        rows.append(torch.randn(16, 8, generator=generator))
+    encoded_here.extend(prompts)
+    return torch.stack(rows)
+
+
+def main() -> None:
+    store_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    accelerator = Accelerator()
+    store = PromptStore(store_dir, "test-encoder", 16, torch.float32)
+    report = store.fill(INSTRUCTIONS, encode, Ranks.from_accelerator(accelerator), batch_size=2)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "rank": accelerator.process_index,
+        "instructions": sorted(INSTRUCTIONS),
+        "encoded_here": sorted(encoded_here),
+        "report_encoded": report.encoded,
+        "lookup_sum": float(store.lookup(INSTRUCTIONS, torch.device("cpu")).double().sum()),
+    }
+    (out / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
+    accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main()
