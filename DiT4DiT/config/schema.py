@@ -103,6 +103,7 @@ SCHEMA: dict = {
             "num_workers": Key(2, "DataLoader worker processes"),
             "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)"),
             "cache_dir": Key(None, "where statistics and step indexes are cached (default: ~/.cache/dit4dit)"),
+            "skip_non_finite_episodes": Key(False, "leave out episodes with NaN/Inf state or action values (counted) instead of stopping"),
         },
     },
     "trainer": {
@@ -133,6 +134,9 @@ SCHEMA: dict = {
             "future_video": Key(1.0, "weight of the future-video loss in the total"),
         },
         "is_resume": Key(False, "continue the run in output_dir from its latest training state"),
+        "resume_weights_only": Key(False, "with is_resume and no training state: continue from the newest steps_N weights, fresh optimizer"),
+        "resume_allow_changes": Key("", "comma-separated keys that may differ from the resumed run's config (e.g. seed)"),
+        "move_old_run": Key(False, "without is_resume: move an earlier run in the run dir aside to <run_id>.old-<time>"),
         "pretrained_checkpoint": Key(None, "weights (.pt) to start from"),
         "reload_modules": Key(None, "comma-separated module prefixes to load from pretrained_checkpoint (default: all)"),
         "save_full_state_dict": Key(False, "checkpoints include frozen modules (text encoder, VAE) too"),
@@ -231,6 +235,11 @@ def normalize_cli_overrides(tokens: list[str]) -> list[str]:
 def _coerce(path: str, value: Any) -> Any:
     """A value of the type the key's default has (YAML/CLI give '1e-4' or 'inf' as text), or a ConfigError."""
     default = KNOWN_KEYS[path].default
+    if isinstance(default, str) and isinstance(value, bool):
+        # A valueless --key on the command line reads as true: a text key needs its value.
+        raise ConfigError(f"{path}: expected text, got {str(value).lower()}; give it a value, e.g. --{path}=NAME")
+    if isinstance(default, str) and isinstance(value, (int, float)):
+        return str(value)  # run_id: 20250101 names a run, it is not a number
     if value is None or default is None or isinstance(default, (str, list)):
         return value
     kind = type(default)

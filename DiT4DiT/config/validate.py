@@ -50,11 +50,10 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
         _require(int(trainer[key]) >= 1, f"trainer.{key}: must be a positive integer, got {trainer[key]}")
     _require(int(data.per_device_batch_size) >= 1,
              f"datasets.vla_data.per_device_batch_size: must be a positive integer, got {data.per_device_batch_size}")
-    _require(trainer.save_interval <= trainer.max_train_steps,
-             f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
-             f"{trainer.max_train_steps}): no intermediate checkpoint would ever be written. "
-             f"Set --trainer.save_interval to at most {trainer.max_train_steps}")
     warnings = []
+    if trainer.save_interval > trainer.max_train_steps:
+        warnings.append(f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
+                        f"{trainer.max_train_steps}): only the final checkpoint (step {trainer.max_train_steps}) is written")
     if trainer.num_warmup_steps > trainer.max_train_steps:
         warnings.append(f"trainer.num_warmup_steps ({trainer.num_warmup_steps}) exceeds trainer.max_train_steps "
                         f"({trainer.max_train_steps}): the learning rate never reaches its peak in this run")
@@ -69,6 +68,11 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     if trainer.is_resume and trainer.pretrained_checkpoint:
         raise ConfigError("trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
                           "own training state; unset one of them")
+    _require(trainer.is_resume or not trainer.resume_weights_only,
+             "trainer.resume_weights_only only applies with --trainer.is_resume true")
+    _require(not (trainer.is_resume and trainer.move_old_run),
+             "trainer.move_old_run and trainer.is_resume are both set: resume continues the run in the run dir, "
+             "move_old_run starts a new one there; unset one of them")
     if trainer.pretrained_checkpoint:
         _require(Path(trainer.pretrained_checkpoint).is_file(),
                  f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")

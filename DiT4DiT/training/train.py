@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import resource
@@ -24,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
-from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, DistributedType, broadcast_object_list, gather_object, set_seed
 from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
@@ -34,7 +33,8 @@ from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules, module_paths
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
-from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
+from DiT4DiT.training import preemption, resume as resumption, run_dir as run_dirs
+from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.sampler import ResumableBatchSampler, iterate_batches
 
@@ -159,23 +159,6 @@ def banner(cfg, accelerator, model, train_set, start_step, run_dir) -> None:
     )
 
 
-def find_resume_state(cfg: DictConfig, checkpoints_dir: Path, num_processes: int) -> tuple[Path, dict] | None:
-    """The newest complete training state when `trainer.is_resume` is set, checked against this launch."""
-    if not cfg.trainer.is_resume:
-        return None
-    states = ckpt.completed_states(checkpoints_dir)
-    if not states:
-        log.warning("trainer.is_resume is set but %s holds no complete training state: starting from step 0", checkpoints_dir)
-        return None
-    trainer_state = ckpt.read_trainer_state(states[-1])
-    if trainer_state["num_processes"] != num_processes:
-        raise TrainingError(
-            f"{states[-1]} was written by {trainer_state['num_processes']} processes; resume with "
-            f"--num_processes {trainer_state['num_processes']} (the data order and optimizer shards depend on it)"
-        )
-    return states[-1], trainer_state
-
-
 def restore_training_state(state: Path, model, optimizer, scheduler, accelerator: Accelerator) -> None:
     """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
     if is_deepspeed(accelerator):
@@ -196,15 +179,16 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     checkpoints_dir = run_dir / "checkpoints"
     is_main, rank = accelerator.is_main_process, accelerator.process_index
     trainer_cfg, data_cfg = cfg.trainer, cfg.datasets.vla_data
-    resume = find_resume_state(cfg, checkpoints_dir, accelerator.num_processes)
-    start_step = resume[1]["step"] if resume else 0
+    resume = resumption.find_resume(cfg, run_dir, rank, accelerator.num_processes)
+    start_step = resume.step if resume else 0
 
     # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
     train_set = build_vla_dataset(cfg, split="train")
     eval_set = build_vla_dataset(cfg, split="eval") if model_has_action_head(cfg) else None
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    if resume:  # the run's statistics stay its statistics
+        resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], run_dir / "dataset_statistics.json")
+    elif is_main:
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
         ckpt.save_config(cfg, run_dir / "config.yaml")
     model = build_framework(cfg)
@@ -212,9 +196,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     left_out_of_checkpoints = [] if trainer_cfg.save_full_state_dict else frozen
     if trainer_cfg.pretrained_checkpoint:
         load_pretrained(model, cfg, frozen)
-    if resume and not is_deepspeed(accelerator):  # DeepSpeed restores weights with its own state
-        weights = checkpoints_dir / resume[1]["weights"]
-        load_trained_weights(model, ckpt.load_weights(weights), weights, may_be_missing=prefixes(frozen))
+    if resume and (resume.weights_only or not is_deepspeed(accelerator)):  # DeepSpeed restores its own state
+        load_trained_weights(model, ckpt.load_weights(resume.weights), resume.weights, may_be_missing=prefixes(frozen))
 
     optimizer = torch.optim.AdamW(
         build_param_groups(model, trainer_cfg.learning_rate),
@@ -235,10 +218,11 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             # Frozen and fully cached, it never runs again: its weights (~16 GB for the 2B snapshot's
             # 7B text encoder) go back to host memory, where a cache miss can still use it.
             text_encoder.to("cpu")
-    if resume:
-        restore_training_state(resume[0], model, optimizer, scheduler, accelerator)
-        log.info("resumed from %s at step %d", resume[0], start_step)
+    if resume and not resume.weights_only:
+        restore_training_state(resume.state, model, optimizer, scheduler, accelerator)
+        log.info("resumed from %s at step %d", resume.state, start_step)
     else:
+        resumption.fast_forward(scheduler, start_step)
         set_seed(cfg.seed + rank)
 
     accumulation, batch_size, last = trainer_cfg.gradient_accumulation_steps, data_cfg.per_device_batch_size, trainer_cfg.max_train_steps
@@ -248,13 +232,15 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     logger = None
     if is_main:
         if resume:
-            trim_metrics(run_dir, start_step)
+            resumption.trim_metrics(run_dir, start_step)
         logger = MetricsLogger(cfg, run_dir, start_step)
         banner(cfg, accelerator, unwrapped, train_set, start_step, run_dir)
 
     with contextlib.ExitStack() as cleanup:
         if logger is not None:
             cleanup.callback(logger.close)
+        stop = preemption.StopSignal().install()
+        cleanup.callback(stop.uninstall)
         for step in range(start_step, last):
             data_start = time.perf_counter()
             micro_batches = [next(batches) for _ in range(accumulation)]
@@ -272,10 +258,13 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
                     logger.flush(done, lrs | peak_memory_mb(accelerator.device) | epoch)
             if eval_batch is not None and due(done, trainer_cfg.eval_interval, last):
                 logger.log({"step": done, "eval_action_mse": eval_action_mse(unwrapped, eval_batch)})
-            if due(done, trainer_cfg.save_interval, last):
+            stopping = stop.agreed() and done < last
+            if due(done, trainer_cfg.save_interval, last) or stopping:
                 save_training_checkpoint(
                     cfg, accelerator, model, optimizer, scheduler, checkpoints_dir, done, left_out_of_checkpoints
                 )
+            if stopping:
+                raise preemption.Preempted(stop.signal_name, done, ckpt.state_dir(checkpoints_dir, done))
 
         checksums = replica_weight_checksums(accelerator, unwrapped)
         if is_main:
@@ -307,12 +296,6 @@ def fixed_eval_batch(eval_set, batch_size: int, seed: int) -> list[dict]:
     generator = torch.Generator().manual_seed(seed)
     indices = torch.randperm(len(eval_set), generator=generator)[:batch_size].tolist()
     return collate_fn([eval_set[i] for i in indices])
-
-
-def trim_metrics(run_dir: Path, step: int) -> None:
-    """Drop records a killed run wrote after the state we resume from, so the curve has no duplicates."""
-    kept = [r for r in read_metrics(run_dir) if r["step"] <= step]
-    ckpt.write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
 
 
 def load_pretrained(model: torch.nn.Module, cfg: DictConfig, frozen: list[str]) -> None:
@@ -348,7 +331,7 @@ def save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, chec
         ckpt.discard_partial(staging)
     accelerator.wait_for_everyone()
     if is_deepspeed(accelerator):
-        model.save_checkpoint(str(staging), tag="deepspeed", exclude_frozen_parameters=True)
+        ckpt.space_checked(staging, lambda: model.save_checkpoint(str(staging), tag="deepspeed", exclude_frozen_parameters=True))
         ckpt.save_rank_state(staging, accelerator.process_index, accelerator.device, scheduler=scheduler if is_main else None)
     else:
         ckpt.save_rank_state(
@@ -356,8 +339,12 @@ def save_training_checkpoint(cfg, accelerator, model, optimizer, scheduler, chec
             optimizer=optimizer if is_main else None, scheduler=scheduler if is_main else None,
         )
     accelerator.wait_for_everyone()
+    # Every rank hashes a share of the files (the list comes from the main process, so all hash the same list).
+    names = broadcast_object_list([ckpt.manifest_names(staging, checkpoints_dir / weights_name) if is_main else None])[0]
+    shares = gather_object([ckpt.manifest_share(staging, names, accelerator.process_index, accelerator.num_processes)])
     if is_main:
-        trainer_state = {"step": step, "weights": weights_name, "num_processes": accelerator.num_processes}
+        trainer_state = {"step": step, "weights": weights_name, "num_processes": accelerator.num_processes,
+                         ckpt.MANIFEST: {name: digest for share in shares for name, digest in share.items()}}
         ckpt.publish_state(checkpoints_dir, step, trainer_state, keep_last=cfg.trainer.keep_last_states)
     accelerator.wait_for_everyone()
 
@@ -373,10 +360,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {error}", file=sys.stderr)
         return 2
     accelerator = build_accelerator(cfg)
+    prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
     try:
-        train(cfg, accelerator)
-    except (ConfigError, DataError, TrainingError, CheckpointMismatchError, FileNotFoundError) as error:
-        prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
+        with run_dirs.claimed(accelerator, cfg):
+            train(cfg, accelerator)
+    except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted) as stopped:
+        print(f"{prefix}{type(stopped).__name__}: {stopped}", file=sys.stderr)
+        return stopped.exit_code
+    except (ConfigError, DataError, TrainingError, CheckpointMismatchError, FileNotFoundError, ckpt.DiskFullError) as error:
         print(f"{prefix}{type(error).__name__}: {error}", file=sys.stderr)
         return 1
     finally:
