@@ -212,3 +212,31 @@ def test_sigterm_is_noted_and_a_second_one_restores_the_default():
     assert str(preemption.Preempted("SIGTERM", 7, "/run/checkpoints/steps_7_training_state")) == (
         "stopped by SIGTERM after step 7; training state saved in /run/checkpoints/steps_7_training_state. Continue "
         "with the same command plus --trainer.is_resume true")
+
+
+def test_resume_normalises_with_the_saved_statistics_and_never_rewrites_them(tiny_robotwin_root, data_cfg, tmp_path,
+                                                                            caplog):
+    from DiT4DiT.dataloader import build_vla_dataset, save_dataset_statistics
+    from DiT4DiT.dataloader.transforms import Normalizer
+
+    dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+    (tag, saved), = dataset.statistics().items()
+    saved["action"]["max"] = [m + 1.0 for m in saved["action"]["max"]]  # the run started on other data
+    path = tmp_path / "dataset_statistics.json"
+    save_dataset_statistics({tag: saved}, path)
+    before = path.read_bytes(), path.stat().st_mtime_ns
+    with caplog.at_level(logging.WARNING):
+        resume.use_saved_statistics([dataset], path, is_main=True)
+    assert "the saved ones stay in use" in caplog.text
+    action = torch.linspace(-1, 1, len(saved["action"]["max"])).numpy()[None, :]
+    expected = Normalizer(saved["action"]["normalization"], saved["action"]).normalize(action)
+    assert (dataset.normalizers[tag][1].normalize(action) == expected).all()
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def test_a_run_without_saved_statistics_gets_the_current_ones(tiny_robotwin_root, data_cfg, tmp_path):
+    from DiT4DiT.dataloader import build_vla_dataset
+
+    dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+    resume.use_saved_statistics([dataset], tmp_path / "dataset_statistics.json", is_main=True)
+    assert json.loads((tmp_path / "dataset_statistics.json").read_text()) == dataset.statistics()

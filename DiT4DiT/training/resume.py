@@ -20,6 +20,7 @@ from pathlib import Path
 from accelerate.utils import gather_object
 from omegaconf import DictConfig, OmegaConf
 
+from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.training import checkpoint as ckpt
 
@@ -178,11 +179,19 @@ def fast_forward(scheduler, steps: int) -> None:
         scheduler.step()
 
 
-def use_saved_statistics(datasets, path: Path) -> None:
-    """Normalise with the run's saved statistics: its checkpoints are paired with them (the file is not rewritten)."""
+def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
+    """Normalise with the run's saved statistics: its checkpoints are paired with them (the file is not rewritten).
+
+    A run without the file (weights only, e.g. from the original DiT4DiT) gets the current data's statistics.
+    """
+    if not path.is_file():
+        log.warning("%s does not exist: the statistics of the current data are written there and used", path)
+        if is_main:
+            save_dataset_statistics(datasets[0].statistics(), path)
+        return
     saved = json.loads(path.read_text())
     for dataset in datasets:
-        for tag in list(dataset.normalizers):
+        for tag, current in list(dataset.normalizers.items()):
             if tag not in saved:
                 raise ResumeError(f"{path} has no statistics for embodiment '{tag}' of the current data; the data "
                                   "mix changed since the run started: start a new run with another --run_id")
@@ -190,7 +199,8 @@ def use_saved_statistics(datasets, path: Path) -> None:
                 log.warning("the data now gives other statistics for '%s' than %s (files changed on disk); the saved "
                             "ones stay in use", tag, path)
             dataset.normalizers[tag] = tuple(
-                Normalizer(saved[tag][part]["normalization"], saved[tag][part]) for part in ("state", "action"))
+                Normalizer(saved[tag][part].get("normalization", normalizer.modes.tolist()), saved[tag][part])
+                for part, normalizer in zip(("state", "action"), current))
 
 
 def trim_metrics(run_dir: Path, step: int) -> None:

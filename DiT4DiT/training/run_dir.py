@@ -161,7 +161,16 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
 
 
 def claim_run_dir(run_dir: Path, is_resume: bool, move_aside: bool) -> RunLock:
-    """Main process, before writing anything: take the lock, check the folder, clean up after a killed run."""
+    """Main process, before writing anything: take the lock, check the folder, clean up after a killed run.
+
+    The refusals are checked once before the lock file is created, so a refused start leaves the folder
+    untouched, and again under the lock, where no other run can change the answer.
+    """
+    holder = _read_lock(run_dir / LOCK_FILE)
+    if holder is not None and not _is_stale(holder):
+        raise RunDirError(_in_use_message(run_dir, holder))
+    if not move_aside:
+        check_fresh_start(run_dir, is_resume, move_aside)
     lock = RunLock(run_dir).acquire()
     try:
         check_fresh_start(run_dir, is_resume, move_aside)

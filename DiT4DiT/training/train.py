@@ -187,7 +187,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     train_set = build_vla_dataset(cfg, split="train")
     eval_set = build_vla_dataset(cfg, split="eval") if model_has_action_head(cfg) else None
     if resume:  # the run's statistics stay its statistics
-        resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], run_dir / "dataset_statistics.json")
+        resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None],
+                                         run_dir / "dataset_statistics.json", is_main)
     elif is_main:
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
         ckpt.save_config(cfg, run_dir / "config.yaml")
