@@ -45,8 +45,8 @@ class StopSignal:
 
     def install(self) -> StopSignal:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            # The default group may sit on the accelerator; a gloo group keeps this vote on the host.
-            self._group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+            # Its own gloo group keeps the vote on the host whatever backend the default group uses (HCCL, NCCL).
+            self._group = dist.new_group(backend="gloo")
             self._distributed = True
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
