@@ -21,6 +21,13 @@ EXIT_PREEMPTED = 75
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+def ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader worker_init_fn: torchrun signals the trainer's whole process group, workers included; they
+    must live on until the trainer has saved (it ends them itself)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 class Preempted(Exception):
     """Training stopped on a signal after saving a training state."""
 

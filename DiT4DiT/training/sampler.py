@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from DiT4DiT.training.preemption import ignore_stop_signals
+
 
 class ResumableBatchSampler:
     """Shuffles the index space per epoch and gives each rank its own shard of every global batch.
@@ -59,6 +61,7 @@ def iterate_batches(
             # Its own generator: otherwise each new iterator draws a worker seed from the global RNG, and a
             # resumed run (one extra iterator) would drift from the uninterrupted one.
             generator=torch.Generator().manual_seed(sampler.seed + epoch),
+            worker_init_fn=ignore_stop_signals,
         )
         yield from loader
         epoch, skip = epoch + 1, 0
