@@ -25,6 +25,7 @@ import ast
 import difflib
 import io
 import os
+import symtable
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -373,12 +374,117 @@ def read_checkout(checkout: Path) -> dict[str, str]:
 
 
 def port_checkout(checkout: Path) -> dict[str, Ported]:
-    """Port both files in memory; PortError lists every missing site."""
-    results = {rel: port_source(rel, source) for rel, source in read_checkout(checkout).items()}
+    """Port both files in memory; PortError lists every missing site, then every broken post-condition."""
+    sources = read_checkout(checkout)
+    results = {rel: port_source(rel, source) for rel, source in sources.items()}
     missing = [line for result in results.values() for line in result.missing]
     if missing:
         raise PortError("expected sites not found:\n  " + "\n  ".join(missing))
+    broken = [line for rel, result in results.items()
+              for line in post_condition_problems(rel, result.source, sources[rel])]
+    if broken:
+        raise PortError("the ported files would not work on NPU (nothing was written):\n  " + "\n  ".join(broken))
     return results
+
+
+# Post-conditions of a ported file, checked on the result whatever the input looked like (a hand-edited or
+# half-ported tree): no autocast left on cuda, every name the port relies on defined, and it compiles.
+CUDA_ONLY_AUTOCASTS = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
+DEVICE_AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+
+
+def _import_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted name it stands for, from every import in the file (`import torch.cuda.amp as
+    amp`, `from torch.cuda.amp import autocast as ac`, ...)."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return aliases
+
+
+def _canonical(func: ast.AST, aliases: dict[str, str]) -> str:
+    dotted = _dotted(func)
+    head, _, rest = dotted.partition(".")
+    return aliases.get(head, head) + (f".{rest}" if rest else "") if dotted else ""
+
+
+def _cuda_strings(tree: ast.Module) -> set[str]:
+    """Names assigned the constant "cuda" anywhere in the file (a device kept in a variable)."""
+    return {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant) and node.value.value == "cuda"
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+def _cuda_autocast_problems(rel: str, tree: ast.Module) -> list[str]:
+    aliases, cuda_names, problems = _import_aliases(tree), _cuda_strings(tree), []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _canonical(node.func, aliases)
+        if name in CUDA_ONLY_AUTOCASTS:
+            problems.append(f"{rel}:{node.lineno}: {_dotted(node.func)}(...) is a cuda-only autocast; write it as "
+                            'torch.autocast("cuda", ...) so the port turns it into _npu_autocast(...)')
+        elif name in DEVICE_AUTOCASTS:
+            device = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "device_type"), None)
+            in_variable = isinstance(device, ast.Name) and device.id in cuda_names
+            if (isinstance(device, ast.Constant) and device.value == "cuda") or in_variable:
+                how = f'the device comes from variable {device.id} = "cuda"' if in_variable else 'device "cuda"'
+                problems.append(f"{rel}:{node.lineno}: {_dotted(node.func)}(...) still autocasts on cuda ({how}); "
+                                'write torch.autocast("cuda", ...) with the device as a literal')
+    return problems
+
+
+def _undefined_helper_problems(rel: str, tree: ast.Module, source: str) -> list[str]:
+    """Names the ported code relies on (its helpers, their flag and modules) that the file never binds."""
+    needed = set(_helper_names(rel)) | {"_TORCH_NPU_IMPORT_ERROR", "torch", *HELPER_IMPORTS[rel]}
+    module = symtable.symtable(source, rel, "exec")
+    bound = {s.get_name() for s in module.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    used = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in needed:
+            used.setdefault(node.id, node.lineno)
+    return [f"{rel}:{line}: uses {name}, which the file does not define (a hand-added torch_npu import made the "
+            f"port skip its helpers? remove that import and port again)" for name, line in sorted(used.items(), key=lambda x: x[1])
+            if name not in bound]
+
+
+def _input_line(before: str, after: str, line: int) -> int:
+    """The line of the file as the user wrote it that holds (or became) `line` of the ported text."""
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False)
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
+        if j1 <= line - 1 < j2:
+            return i1 + (line - 1 - j1) + 1 if tag == "equal" else i1 + 1
+    return line
+
+
+def post_condition_problems(rel: str, source: str, original: str | None = None) -> list[str]:
+    """file:line problems of a ported file: it must compile, call no undefined helper, autocast on no cuda.
+
+    Lines are those of `original` (the file before porting) when given, else of `source`.
+    """
+    try:
+        compile(source, rel, "exec")
+    except SyntaxError as error:
+        problems = [f"{rel}:{error.lineno}: does not compile: {error.msg}"]
+    else:
+        tree = ast.parse(source, filename=rel)
+        problems = _undefined_helper_problems(rel, tree, source) + _cuda_autocast_problems(rel, tree)
+    if original is None:
+        return problems
+    mapped = []
+    for problem in problems:
+        line, message = problem[len(rel) + 1:].split(": ", 1)
+        mapped.append(f"{rel}:{_input_line(original, source, int(line))}: {message}")
+    return mapped
 
 
 def git_diff(rel: str, before: str, after: str) -> str:

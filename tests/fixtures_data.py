@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import stat
 from pathlib import Path
@@ -23,9 +24,25 @@ def make_writable(root: Path) -> None:
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file and folder under root with size and mtime: equal snapshots mean nothing was written there."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file and folder under root with size, mtime and content hash: equal snapshots mean nothing was
+    written there. This comparison is what the read-only tests check: as root, chmod protects nothing."""
+    def digest(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder"
+
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, digest(p)) for p in sorted(root.rglob("*"))}
+
+
+def build_read_only(task_dir: Path, cfg):
+    """Build the dataset of `cfg` from `task_dir` made read-only; its content snapshot must not change."""
+    from DiT4DiT.dataloader import build_vla_dataset
+
+    make_read_only(task_dir)
+    before = snapshot(task_dir)
+    try:
+        return build_vla_dataset(cfg)
+    finally:
+        assert snapshot(task_dir) == before
 
 
 @pytest.fixture(scope="session")

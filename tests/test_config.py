@@ -344,6 +344,8 @@ def test_a_valid_training_launch_passes(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
+        (["trainer.is_resume=true", "trainer.move_old_run=true"], "move_old_run and trainer.is_resume are both set"),
+        (["trainer.resume_weights_only=true"], "resume_weights_only only applies with --trainer.is_resume true"),
         (["framework.cosmos25.base_model=/no/such/model"], "huggingface-cli download nvidia/Cosmos-Predict2.5-2B"),
         (["framework.cosmos25.base_model=null"], "framework.cosmos25.base_model is not set"),
         (["datasets.vla_data.data_root_dir=/no/such/data"], r"data_root_dir: folder '/no/such/data' does not exist"),
@@ -369,3 +371,32 @@ def test_train_py_takes_the_originals_launch_script_as_it_is(tmp_path):
         cfg = parse_config(["--config_yaml", str(_original_yaml(tmp_path)), *ORIGINAL_LIBERO_FLAGS])
     assert (cfg.framework.name, cfg.datasets.vla_data.data_mix, cfg.trainer.save_interval) == ("DiT4DiT", "libero_all", 40000)
     assert cfg.trainer.learning_rate.backbone_interface == 1e-5 and cfg.framework.cosmos25.extract_layer == 17
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_train_steps=ten", "trainer.max_train_steps: expected a number, got 'ten'"),
+    ("trainer.max_train_steps=2.5", "trainer.max_train_steps: expected an integer"),
+    ("trainer.is_resume=maybe", "trainer.is_resume: expected true or false"),
+])
+def test_values_of_the_wrong_type_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(ROBOTWIN, [override])
+
+
+def test_save_interval_longer_than_the_run_is_a_warning(tmp_path):
+    warnings = validate_training_config(_valid(tmp_path, "trainer.save_interval=200", "trainer.max_train_steps=100",
+                                               "trainer.num_warmup_steps=10"))
+    assert warnings == ["trainer.save_interval (200) is larger than the run (trainer.max_train_steps=100): only the "
+                        "final checkpoint (step 100) is written"]
+
+
+def test_a_numeric_run_id_is_a_name(tmp_path):
+    from_cli = load_config(ROBOTWIN, normalize_cli_overrides(["--run_id=20250101"]))
+    config = tmp_path / "numeric.yaml"
+    config.write_text("run_id: 20250101\n")
+    assert from_cli.run_id == "20250101" and load_config(config).run_id == "20250101"
+
+
+def test_a_valueless_run_id_is_an_error():
+    with pytest.raises(ConfigError, match=r"run_id: expected text, got true; give it a value, e.g. --run_id=NAME"):
+        load_config(ROBOTWIN, normalize_cli_overrides(["--run_id", "--seed=1"]))

@@ -186,8 +186,8 @@ def test_index_is_cached_outside_the_dataset(tiny_robotwin_root, data_cfg, tmp_p
         build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
         second = [r for r in caplog.records if "scanning" in r.getMessage()]
     assert len(first) == 1 and not second
-    cached = list((tmp_path / "cache").rglob("*.json"))
-    assert len(cached) == 1 and cached[0].name.startswith("adjust_bottle-")
+    cached = list((tmp_path / "cache/index").glob("*.json")) + list((tmp_path / "cache/videos").glob("*.json"))
+    assert len(cached) == 2 and all(path.name.startswith("adjust_bottle-") for path in cached)  # index, video probes
     assert snapshot(tiny_robotwin_root) == before
     # Without cache_dir the environment variable decides.
     monkeypatch.setenv("DIT4DIT_CACHE_DIR", str(tmp_path / "env_cache"))

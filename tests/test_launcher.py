@@ -47,7 +47,7 @@ def model_skeleton(tmp_path) -> Path:
         (root / part).mkdir()
         (root / part / config).write_text("{}")
         if part in ("text_encoder", "transformer", "vae"):
-            (root / part / "model.safetensors").write_bytes(b"")
+            (root / part / "model.safetensors").write_bytes(b"\x02" + bytes(7) + b"{}")  # a valid empty file
     return root
 
 

@@ -59,7 +59,9 @@ def _scalar(path: str, kind: str, value: Any) -> Any:
             return value
         raise ConfigError(f"{path}: expected true or false, got {value!r}")
     if kind == "str":
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        if isinstance(value, bool):  # a valueless --key on the command line reads as true
+            raise ConfigError(f"{path}: expected text, got {str(value).lower()}; give it a value, e.g. --{path}=NAME")
+        if not isinstance(value, (str, int, float)):
             raise ConfigError(f"{path}: expected text, got {value!r}")
         return str(value)
     if isinstance(value, bool):

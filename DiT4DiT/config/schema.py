@@ -126,6 +126,8 @@ SCHEMA: dict = {
             "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)",
                                     min=0),
             "cache_dir": Key(None, "where statistics and step indexes are cached (default: ~/.cache/dit4dit)", kind="str"),
+            "skip_non_finite_episodes": Key(False, "leave out episodes with NaN/Inf state or action values (counted) "
+                                            "instead of stopping"),
         },
     },
     "trainer": {
@@ -156,6 +158,11 @@ SCHEMA: dict = {
             "future_video": Key(1.0, "weight of the future-video loss in the total", min=0.0),
         },
         "is_resume": Key(False, "continue the run in output_dir from its latest training state"),
+        "resume_weights_only": Key(False, "with is_resume and no training state: continue from the newest steps_N "
+                                   "weights (step N, LR schedule fast-forwarded, fresh optimizer)"),
+        "resume_allow_changes": Key("", "comma-separated keys that may differ from the resumed run's config (e.g. seed)",
+                                    nullable=True),
+        "move_old_run": Key(False, "without is_resume: move an earlier run in the run dir aside to <run_id>.old-<time>"),
         "pretrained_checkpoint": Key(None, "weights (.pt) to start from", kind="str"),
         "reload_modules": Key(None, "comma-separated module prefixes to load from pretrained_checkpoint (default: all)",
                               kind="str"),

@@ -67,13 +67,14 @@ def check_rules(cfg: DictConfig) -> None:
              f"datasets.vla_data.image_size={data.image_size}: Cosmos needs frame sides that are multiples of "
              f"{FRAME_SIDE_MULTIPLE}; use e.g. {max(FRAME_SIDE_MULTIPLE, data.image_size // FRAME_SIDE_MULTIPLE * FRAME_SIDE_MULTIPLE)}")
     _require(len(data.video_delta_indices) >= 1, "datasets.vla_data.video_delta_indices: give at least one frame offset")
-    _require(trainer.save_interval <= trainer.max_train_steps,
-             f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
-             f"{trainer.max_train_steps}): no intermediate checkpoint would ever be written. "
-             f"Set --trainer.save_interval to at most {trainer.max_train_steps}")
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
              "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
              "own training state; unset one of them")
+    _require(trainer.is_resume or not trainer.resume_weights_only,
+             "trainer.resume_weights_only only applies with --trainer.is_resume true")
+    _require(not (trainer.is_resume and trainer.move_old_run),
+             "trainer.move_old_run and trainer.is_resume are both set: resume continues the run in the run dir, "
+             "move_old_run starts a new one there; unset one of them")
 
 
 def validate_training_config(cfg: DictConfig) -> list[str]:
@@ -89,6 +90,9 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
         _require(Path(trainer.pretrained_checkpoint).is_file(),
                  f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
     warnings = []
+    if trainer.save_interval > trainer.max_train_steps:
+        warnings.append(f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
+                        f"{trainer.max_train_steps}): only the final checkpoint (step {trainer.max_train_steps}) is written")
     if trainer.num_warmup_steps > trainer.max_train_steps:
         warnings.append(f"trainer.num_warmup_steps ({trainer.num_warmup_steps}) exceeds trainer.max_train_steps "
                         f"({trainer.max_train_steps}): the learning rate never reaches its peak in this run")

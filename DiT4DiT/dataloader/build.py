@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.dataloader import checks
 from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.dataloader.dataset import EpisodeSteps, MixtureDataset, SampleShape
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.index import DatasetIndex, check_widths, load_index
-from DiT4DiT.dataloader.mixtures import MixtureEntry, resolve_mixture
+from DiT4DiT.dataloader.mixtures import MixtureEntry, mixture_presence, resolve_mixture
 from DiT4DiT.dataloader.reader import DatasetLayout
 from DiT4DiT.dataloader.statistics import concat_statistics, merge_statistics, slice_statistics, statistics_section
 from DiT4DiT.dataloader.transforms import Normalizer
@@ -46,14 +47,9 @@ def _check_horizon(config: DataConfig, shape: SampleShape, data_mix: str) -> Non
 
 
 def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[MixtureEntry]:
-    found = [e for e in entries if (root / e.dataset).is_dir()]
-    missing = [e.dataset for e in entries if e not in found]
-    if not found:
-        raise DataError(
-            f"datasets.vla_data.data_mix={data_mix}: none of its {len(entries)} datasets is under "
-            f"datasets.vla_data.data_root_dir={root} (expected folders such as {', '.join(missing[:3])}); point "
-            "data_root_dir at the folder holding them (python -m DiT4DiT.tools.tiny_robotwin writes a small RoboTwin one)"
-        )
+    found, missing, problem = mixture_presence(entries, root, data_mix)
+    if problem:
+        raise DataError(problem + " (python -m DiT4DiT.tools.tiny_robotwin writes a small RoboTwin one)")
     if missing:
         log.warning("data_mix %s: found %d of %d datasets under %s; skipping %d missing (e.g. %s)", data_mix,
                     len(found), len(entries), root, len(missing), ", ".join(missing[:3]))
@@ -141,9 +137,12 @@ def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
         layout = DatasetLayout(root / entry.dataset)
         steps = EpisodeSteps(layout, config, shape)
         numeric = sorted({s.column for s in steps.slices().values()})
-        index = load_index(layout, numeric, steps.language_column, cache_dir)
+        index = load_index(layout, numeric, steps.language_column, cache_dir, vla.skip_non_finite_episodes)
+        checks.report_skipped(layout, index.skipped)
         check_widths(layout, index, steps.slices())
         _check_widths_fit(config, steps, shape)
+        checks.probe_videos(layout, [e for e in sorted(layout.episodes) if e in index.lengths], steps.video_keys,
+                            index.lengths, cache_dir)
         weights.append(entry.weight)
         indexed.append((steps, index))
     statistics, normalizers = {}, {}
@@ -162,7 +161,9 @@ def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
 def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, holdout: int, split: str) -> EpisodeSteps:
     layout = steps.layout
     selected = EpisodeSteps(layout, steps.config, shape)
-    selected.select_episodes(_split_episodes(layout, holdout, split), index.lengths)
+    # Episodes left out for non-finite values (trainer option) have no length in the index.
+    kept = [e for e in _split_episodes(layout, holdout, split) if e in index.lengths]
+    selected.select_episodes(kept, index.lengths)
     missing = selected.missing_videos()
     if missing:
         raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "

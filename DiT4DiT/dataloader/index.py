@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from DiT4DiT.dataloader import checks
 from DiT4DiT.dataloader.cache import cache_file, fingerprint, read_cached, write_json_atomic
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.reader import DatasetLayout, Slice, read_episode_columns
@@ -19,7 +20,7 @@ from DiT4DiT.dataloader.statistics import column_statistics
 
 log = logging.getLogger(__name__)
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -28,19 +29,28 @@ class DatasetIndex:
     widths: dict[str, int]  # numeric column → width
     statistics: dict[str, dict[str, list[float]]]  # numeric column → per-dim statistics
     episode_tasks: dict[int, list[int]]  # episode → task indices in its language column
+    skipped: dict[int, str]  # episode → why it was left out (NaN/Inf, with skip_non_finite_episodes)
 
     @property
     def num_transitions(self) -> int:
         return sum(self.lengths.values())
 
 
-def _scan(layout: DatasetLayout, numeric: list[str], language_column: str) -> DatasetIndex:
+def _scan(layout: DatasetLayout, numeric: list[str], language_column: str, skip_non_finite: bool) -> DatasetIndex:
     columns = numeric + [c for c in ("timestamp", language_column) if c not in numeric]
-    lengths, widths, episode_tasks = {}, {}, {}
+    lengths, widths, episode_tasks, skipped = {}, {}, {}, {}
     values: dict[str, list[np.ndarray]] = {c: [] for c in numeric}
     for episode in sorted(layout.episodes):
         table = read_episode_columns(layout, episode, columns)
         rows = len(table["timestamp"])
+        checks.check_not_empty(layout.parquet_path(episode), episode, rows)
+        problem = next(filter(None, (checks.non_finite(layout.parquet_path(episode), episode, c,
+                                                       table[c].reshape(rows, -1)) for c in numeric)), None)
+        if problem and not skip_non_finite:
+            raise DataError(problem)
+        if problem:
+            skipped[episode] = problem
+            continue
         if rows != layout.episodes[episode]:
             raise DataError(f"{layout.parquet_path(episode)}: episode {episode} has {rows} rows but "
                             f"meta/episodes.jsonl says length {layout.episodes[episode]}; make them agree")
@@ -57,13 +67,17 @@ def _scan(layout: DatasetLayout, numeric: list[str], language_column: str) -> Da
             raise DataError(f"{layout.parquet_path(episode)}: column '{language_column}' of episode {episode} holds "
                             f"task index(es) {unknown} missing from {layout.meta_path('tasks.jsonl')}; add them there")
         lengths[episode], episode_tasks[episode] = rows, tasks
+    if not lengths:
+        raise DataError(f"{layout.root}: every episode holds NaN/Inf values, none is left to train on")
     statistics = {c: column_statistics(np.concatenate(values[c])) for c in numeric}
-    return DatasetIndex(lengths, widths, statistics, episode_tasks)
+    return DatasetIndex(lengths, widths, statistics, episode_tasks, skipped)
 
 
-def load_index(layout: DatasetLayout, numeric: list[str], language_column: str, cache_dir: Path) -> DatasetIndex:
+def load_index(layout: DatasetLayout, numeric: list[str], language_column: str, cache_dir: Path,
+               skip_non_finite: bool = False) -> DatasetIndex:
     """The dataset's index, from the cache when its content and the scanned columns are unchanged."""
-    settings = {"format": INDEX_FORMAT, "numeric": sorted(numeric), "language": language_column}
+    settings = {"format": INDEX_FORMAT, "numeric": sorted(numeric), "language": language_column,
+                "skip_non_finite": skip_non_finite}
     path = cache_file(cache_dir, layout, "index", fingerprint(layout, settings))
     cached = read_cached(path)
     if cached is not None:
@@ -72,13 +86,14 @@ def load_index(layout: DatasetLayout, numeric: list[str], language_column: str, 
             widths=cached["widths"],
             statistics=cached["statistics"],
             episode_tasks={int(k): v for k, v in cached["episode_tasks"].items()},
+            skipped={int(k): v for k, v in cached["skipped"].items()},
         )
     # Rank-specific: one process per node scans (the others read its cache), and which one matters.
     log.info("scanning %s (%d episodes) for statistics and steps", layout.root, len(layout.episodes),
              extra={"rank_specific": True})
-    index = _scan(layout, sorted(numeric), language_column)
+    index = _scan(layout, sorted(numeric), language_column, skip_non_finite)
     write_json_atomic(path, {"lengths": index.lengths, "widths": index.widths, "statistics": index.statistics,
-                             "episode_tasks": index.episode_tasks})
+                             "episode_tasks": index.episode_tasks, "skipped": index.skipped})
     return index
 
 

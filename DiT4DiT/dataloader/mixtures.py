@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import NamedTuple
 
 from DiT4DiT.config.schema import ConfigError
@@ -54,3 +55,19 @@ def resolve_mixture(name: str) -> list[MixtureEntry]:
             seen.add((entry.dataset, entry.data_config))
             entries.append(entry)
     return entries
+
+
+def mixture_presence(entries: list[MixtureEntry], root: Path, data_mix: str) -> tuple[list[MixtureEntry], list[str], str | None]:
+    """The one completeness rule (trainer and launcher preflight): datasets are folders under the data root;
+    missing ones are skipped with a warning, and at least one must be there.
+
+    Returns (present entries, missing dataset names, the problem when none is present).
+    """
+    found = [e for e in entries if (Path(root) / e.dataset).is_dir()]
+    missing = [e.dataset for e in entries if e not in found]
+    problem = None
+    if not found:
+        problem = (f"datasets.vla_data.data_mix={data_mix}: none of its {len(entries)} datasets is under "
+                   f"datasets.vla_data.data_root_dir={root} (expected folders such as {', '.join(missing[:3])}); point "
+                   "data_root_dir at the folder holding them")
+    return found, missing, problem

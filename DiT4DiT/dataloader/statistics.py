@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.dataloader.cache import write_json_atomic
+from DiT4DiT.dataloader.checks import check_statistics_finite
 
 STAT_NAMES = ("mean", "std", "max", "min", "q01", "q99")
 
@@ -64,5 +65,6 @@ def statistics_section(stats: dict[str, np.ndarray], modes: Sequence[str], mask:
 
 
 def save_dataset_statistics(stats: dict, path: str | Path) -> None:
-    """Write dataset_statistics.json atomically (temporary file + os.replace)."""
+    """Write dataset_statistics.json atomically (temporary file + os.replace); never with a NaN or Inf in it."""
+    check_statistics_finite(stats, Path(path))
     write_json_atomic(Path(path), stats)

@@ -11,6 +11,7 @@ print one problem per line and exit 1 when there are any.
 from __future__ import annotations
 
 import json
+import struct
 import sys
 from pathlib import Path
 
@@ -18,6 +19,30 @@ from DiT4DiT.facts import PIPELINE_PARTS
 
 WEIGHTED_PARTS = ("text_encoder", "transformer", "vae")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Read the header of a .safetensors file: it must be JSON whose tensors end exactly at the file's end.
+
+    Costs one small read per file, so a truncated or garbage download is caught before any process starts.
+    """
+    size = path.stat().st_size
+    fix = "the download was interrupted or the file is damaged; download it again"
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            return f"{path}: {size} bytes, too short for a safetensors header; {fix}"
+        (header_len,) = struct.unpack("<Q", prefix)
+        if header_len > size - 8:
+            return f"{path}: not a safetensors file (header length {header_len} > file size {size}); {fix}"
+        try:
+            header = json.loads(handle.read(header_len))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return f"{path}: not a safetensors file (unreadable header); {fix}"
+    if 8 + header_len + end != size:
+        return f"{path}: {size} bytes, but its header describes {8 + header_len + end}; {fix}"
+    return None
 
 
 def _shard_problems(part_dir: Path) -> list[str]:
@@ -34,6 +59,7 @@ def _shard_problems(part_dir: Path) -> list[str]:
             problems.append(f"{part_dir}: {len(missing)} weight shard(s) missing, e.g. {missing[0]}")
     if not indexes and not any(p.suffix in WEIGHT_SUFFIXES for p in part_dir.iterdir()):
         problems.append(f"{part_dir}: no weight file (*.safetensors or *.bin)")
+    problems += filter(None, (safetensors_problem(p) for p in sorted(part_dir.glob("*.safetensors"))))
     return problems
 
 
@@ -68,8 +94,9 @@ def dataset_folders(root: Path) -> list[Path]:
 def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[str]:
     """What is wrong with a data root ([] when complete).
 
-    Without `data_mix`: it must hold at least one LeRobot dataset folder. With it: every dataset of that
-    named mixture must be there (resolving names imports the data package, hence torch: lazy).
+    Without `data_mix`: it must hold at least one LeRobot dataset folder. With it: the trainer's rule
+    (`mixture_presence`): at least one dataset of the mixture is there, and each one there has meta/info.json
+    (resolving names imports the data package, hence torch: lazy).
     """
     root = Path(folder)
     if not root.is_dir():
@@ -78,17 +105,21 @@ def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[
         if not dataset_folders(root):
             return [f"{root}: no dataset folder with meta/info.json inside (expected <data_root>/<dataset>/meta/info.json)"]
         return []
-    from DiT4DiT.dataloader.mixtures import resolve_mixture
+    from DiT4DiT.dataloader.mixtures import mixture_presence, resolve_mixture
 
     try:
-        names = [entry.dataset for entry in resolve_mixture(data_mix)]
+        entries = resolve_mixture(data_mix)
     except ValueError as err:
         return [str(err)]
-    missing = [n for n in names if not (root / n / "meta" / "info.json").is_file()]
+    found, missing, problem = mixture_presence(entries, root, data_mix)
+    if problem:
+        return [problem]
     if missing:
-        return [f"{root}: {len(missing)} of {len(names)} datasets of mixture '{data_mix}' missing "
-                f"(no {root / missing[0] / 'meta' / 'info.json'})"]
-    return []
+        # The trainer's rule: missing datasets are skipped (it warns too); only an empty mixture stops the run.
+        print(f"note: {root}: {len(missing)} of {len(entries)} datasets of mixture '{data_mix}' are not there "
+              f"(e.g. {missing[0]}); training skips them", file=sys.stderr)
+    return [f"{root / e.dataset}: no meta/info.json (not a LeRobot dataset folder)" for e in found
+            if not (root / e.dataset / "meta" / "info.json").is_file()]
 
 
 CHECKS = {"base_model": base_model_problems, "data_root": data_root_problems}

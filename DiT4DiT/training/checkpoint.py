@@ -7,10 +7,16 @@ Layout (the original's names, plus the training states it lacks):
     <run_dir>/final_model/pytorch_model.pt
 A file appears under its final name only once complete (temp file or folder + rename), so a run killed
 while saving still has its previous checkpoint intact.
+
+Integrity: a training state's completion marker (trainer_state.json) lists every file of the state and its
+weights file with size and sha256. Resume verifies them before anything is loaded, so a file this trainer did
+not write (or one cut short or altered since) is never unpickled; DeepSpeed's own loader needs pickle.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import random
@@ -27,6 +33,35 @@ from omegaconf import DictConfig, OmegaConf
 STATE_SUFFIX = "_training_state"
 _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
 TRAINER_STATE = "trainer_state.json"
+MANIFEST = "manifest"
+HASH_CHUNK = 16 * 2**20
+
+
+class DiskFullError(RuntimeError):
+    """A save failed for lack of space; the message names the path and what to do."""
+
+
+def explain_disk_full(error: BaseException, path: Path) -> str | None:
+    """'no space left on device at <path>' when `error` is a failed write for lack of space, else None.
+
+    torch.save reports a short write as RuntimeError('... unexpected pos ...'), without the errno.
+    """
+    full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    short_write = isinstance(error, RuntimeError) and ("unexpected pos" in str(error) or "file write failed" in str(error))
+    if not (full or short_write):
+        return None
+    return (f"no space left on device at {path} (or the disk quota is used up); the previous checkpoint is intact. "
+            "Free space or point --run_root_dir elsewhere, then continue with --trainer.is_resume true")
+
+
+def space_checked(path: Path, write: Callable[[], None]) -> None:
+    try:
+        write()
+    except (OSError, RuntimeError) as error:
+        message = explain_disk_full(error, path)
+        if message is None:
+            raise
+        raise DiskFullError(message) from error
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -35,7 +70,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        write(Path(tmp))
+        space_checked(path, lambda: write(Path(tmp)))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -111,11 +146,56 @@ def restore_rng_state(state: dict, device: torch.device) -> None:
 def save_rank_state(staging: Path, rank: int, device: torch.device, optimizer=None, scheduler=None) -> None:
     """This rank's share of a training state (RNG always; optimizer and scheduler where given)."""
     staging.mkdir(parents=True, exist_ok=True)
-    torch.save(rng_state(device), staging / f"rng_rank{rank}.pt")
+    save_checked(rng_state(device), staging / f"rng_rank{rank}.pt")
     if optimizer is not None:
-        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        save_checked(optimizer.state_dict(), staging / "optimizer.pt")
     if scheduler is not None:
-        torch.save(scheduler.state_dict(), staging / "scheduler.pt")
+        save_checked(scheduler.state_dict(), staging / "scheduler.pt")
+
+
+def save_checked(obj, path: Path) -> None:
+    """torch.save into a staging folder; a full disk is reported as such."""
+    space_checked(path, lambda: torch.save(obj, path))
+
+
+def file_digest(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def manifest_names(staging: Path, weights: Path) -> list[str]:
+    """Every file of a training state, relative to its folder, and its weights file (a sibling of the folder)."""
+    names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file() and p.name != TRAINER_STATE)
+    return names + [f"../{weights.name}"]
+
+
+def manifest_share(staging: Path, names: list[str], rank: int, world: int) -> dict[str, dict]:
+    """This rank's share of the hashing (every world-th file): the ranks of a node read in parallel."""
+    return {name: file_digest(staging / name) for name in names[rank::world]}
+
+
+def verify_share(state: Path, rank: int, world: int) -> list[str]:
+    """Problems with this rank's share of a published state's files (size first, then sha256)."""
+    try:
+        manifest = read_trainer_state(state)[MANIFEST]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [f"{state / TRAINER_STATE}: no readable manifest (not written by this trainer, or cut off)"]
+    problems = []
+    if rank == 0:
+        present = {str(p.relative_to(state)) for p in state.rglob("*") if p.is_file() and p.name != TRAINER_STATE}
+        problems += [f"{state / name}: not in the manifest" for name in sorted(present - set(manifest))]
+    for name in sorted(manifest)[rank::world]:
+        path, expected = state / name, manifest[name]
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != expected["size"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, the manifest says {expected['size']}")
+        elif file_digest(path)["sha256"] != expected["sha256"]:
+            problems.append(f"{path}: sha256 differs from the manifest")
+    return problems
 
 
 def discard_partial(staging: Path) -> None:
@@ -125,9 +205,13 @@ def discard_partial(staging: Path) -> None:
 
 
 def publish_state(checkpoints_dir: Path, step: int, trainer_state: dict, keep_last: int) -> Path:
-    """Main process only, after every rank wrote its share: mark complete, rename, prune old states."""
+    """Main process only, after every rank wrote its share: mark complete, rename, prune old states.
+
+    `trainer_state` carries the manifest; the marker is written last (atomically), so a folder with a marker
+    holds every file it lists.
+    """
     staging = staging_dir(checkpoints_dir, step)
-    (staging / TRAINER_STATE).write_text(json.dumps(trainer_state, indent=2))
+    write_text(staging / TRAINER_STATE, json.dumps(trainer_state, indent=2))
     final = state_dir(checkpoints_dir, step)
     if final.exists():
         shutil.rmtree(final)

@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.training.preemption import ignore_stop_signals
 
 
 class ResumableBatchOrder:
@@ -63,6 +64,7 @@ def iterate_batches(
             # Its own generator: otherwise each new iterator draws a worker seed from the global RNG, and a
             # resumed run (one extra iterator) would drift from the uninterrupted one.
             generator=torch.Generator().manual_seed(order.seed + epoch),
+            worker_init_fn=ignore_stop_signals,
         )
         yield from loader
         epoch, skip = epoch + 1, 0

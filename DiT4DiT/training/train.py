@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import resource
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
-from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, DistributedType, broadcast_object_list, gather_object, set_seed
 from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
@@ -38,8 +37,9 @@ from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, modu
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
+from DiT4DiT.training import preemption, resume as resumption, run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
-from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve, read_metrics
+from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
@@ -201,23 +201,6 @@ def banner(run: Run, train_set) -> None:
     )
 
 
-def find_resume_state(cfg: DictConfig, checkpoints_dir: Path, num_processes: int) -> tuple[Path, dict] | None:
-    """The newest complete training state when `trainer.is_resume` is set, checked against this launch."""
-    if not cfg.trainer.is_resume:
-        return None
-    states = ckpt.completed_states(checkpoints_dir)
-    if not states:
-        log.warning("trainer.is_resume is set but %s holds no complete training state: starting from step 0", checkpoints_dir)
-        return None
-    trainer_state = ckpt.read_trainer_state(states[-1])
-    if trainer_state["num_processes"] != num_processes:
-        raise TrainingError(
-            f"{states[-1]} was written by {trainer_state['num_processes']} processes; resume with "
-            f"--num_processes {trainer_state['num_processes']} (the data order and optimizer shards depend on it)"
-        )
-    return states[-1], trainer_state
-
-
 def restore_training_state(run: Run, state: Path) -> None:
     """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
     accelerator = run.accelerator
@@ -236,15 +219,14 @@ def due(done: int, interval: int, last: int) -> bool:
     return done % interval == 0 or done == last
 
 
-def build_model(cfg: DictConfig, resume: tuple[Path, dict] | None, deepspeed: bool) -> tuple[torch.nn.Module, list[str]]:
+def build_model(cfg: DictConfig, resume: resumption.Resume | None, deepspeed: bool) -> tuple[torch.nn.Module, list[str]]:
     """The framework with its frozen modules, warm-started or resumed; also the module paths checkpoints leave out."""
     model = build_framework(cfg)
     frozen = freeze_modules(model, cfg.trainer.freeze_modules)
     if cfg.trainer.pretrained_checkpoint:
         load_pretrained(model, cfg, frozen)
-    if resume and not deepspeed:  # DeepSpeed restores weights with its own state
-        weights = Path(cfg.output_dir) / "checkpoints" / resume[1]["weights"]
-        load_trained_weights(model, ckpt.load_weights(weights), weights, may_be_missing=prefixes(frozen))
+    if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
+        load_trained_weights(model, ckpt.load_weights(resume.weights), resume.weights, may_be_missing=prefixes(frozen))
     return model, left_out_of_checkpoints(cfg)
 
 
@@ -261,7 +243,7 @@ def build_optimizer(model: torch.nn.Module, trainer_cfg: DictConfig) -> torch.op
 def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     """Data, model, optimizer and schedule, restored from the latest training state when resuming."""
     run_dir, is_main = Path(cfg.output_dir), accelerator.is_main_process
-    resume = find_resume_state(cfg, run_dir / "checkpoints", accelerator.num_processes)
+    resume = resumption.find_resume(cfg, run_dir, accelerator.process_index, accelerator.num_processes)
     # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
     # Both splits from one pass; one process per node indexes while the others wait, then read its cache.
@@ -270,28 +252,31 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     train_set, eval_set = datasets["train"], datasets.get("eval")
     batch_size = cfg.datasets.vla_data.per_device_batch_size
     batch_order = ResumableBatchOrder(len(train_set), batch_size, accelerator.process_index, accelerator.num_processes, cfg.seed)
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    if resume:  # the run's statistics stay its statistics
+        resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None],
+                                         run_dir / "dataset_statistics.json", is_main)
+    elif is_main:
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
         ckpt.save_config(cfg, run_dir / "config.yaml")
     model, left_out = build_model(cfg, resume, is_deepspeed(accelerator))
     optimizer = build_optimizer(model, cfg.trainer)
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
-    run = Run(cfg, accelerator, model, optimizer, scheduler, batch_order, resume[1]["step"] if resume else 0, left_out)
+    run = Run(cfg, accelerator, model, optimizer, scheduler, batch_order, resume.step if resume else 0, left_out)
     # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
     run.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])], accelerator)
-    if resume:
-        restore_training_state(run, resume[0])
-        log.info("resumed from %s at step %d", resume[0], run.start_step)
+    if resume and not resume.weights_only:
+        restore_training_state(run, resume.state)
+        log.info("resumed from %s at step %d", resume.state, run.start_step)
     else:
+        resumption.fast_forward(scheduler, run.start_step)
         set_seed(cfg.seed + accelerator.process_index)
     start_micro_step = run.start_step * cfg.trainer.gradient_accumulation_steps
     run.batches = iterate_batches(train_set, batch_order, start_micro_step, cfg.datasets.vla_data.num_workers, collate_fn)
     if is_main:
         run.eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None else None
         if resume:
-            trim_metrics(run_dir, run.start_step)
+            resumption.trim_metrics(run_dir, run.start_step)
         run.logger = MetricsLogger(cfg, run_dir, run.start_step)
         banner(run, train_set)
     return run
@@ -303,6 +288,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     with contextlib.ExitStack() as cleanup:
         if run.logger is not None:
             cleanup.callback(run.logger.close)
+        stop = preemption.StopSignal().install()
+        cleanup.callback(stop.uninstall)
         for step in range(run.start_step, last):
             data_start = time.perf_counter()
             micro_batches = [next(run.batches) for _ in range(trainer.gradient_accumulation_steps)]
@@ -313,8 +300,11 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             log_step(run, values, timings, done)
             if run.eval_batch is not None and due(done, trainer.eval_interval, last):
                 run.logger.log({"step": done, "eval_action_mse": eval_action_mse(run.unwrapped, run.eval_batch)})
-            if due(done, trainer.save_interval, last):
+            stopping = stop.agreed() and done < last
+            if due(done, trainer.save_interval, last) or stopping:
                 save_training_checkpoint(run, done)
+            if stopping:
+                raise preemption.Preempted(stop.signal_name, done, ckpt.state_dir(run.checkpoints_dir, done))
         save_final_model(run)
     if accelerator.is_main_process:
         plot_loss_curve(run.run_dir)
@@ -366,12 +356,6 @@ def fixed_eval_batch(eval_set, batch_size: int, seed: int) -> list[dict]:
     return collate_fn([eval_set[i] for i in indices])
 
 
-def trim_metrics(run_dir: Path, step: int) -> None:
-    """Drop records a killed run wrote after the state we resume from, so the curve has no duplicates."""
-    kept = [r for r in read_metrics(run_dir) if r["step"] <= step]
-    ckpt.write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
-
-
 def load_pretrained(model: torch.nn.Module, cfg: DictConfig, frozen: list[str]) -> None:
     """Warm start from `trainer.pretrained_checkpoint`: all its weights, or only `trainer.reload_modules`."""
     path = Path(cfg.trainer.pretrained_checkpoint)
@@ -404,7 +388,8 @@ def save_training_checkpoint(run: Run, step: int) -> None:
         ckpt.discard_partial(staging)
     accelerator.wait_for_everyone()
     if is_deepspeed(accelerator):
-        run.model.save_checkpoint(str(staging), tag="deepspeed", exclude_frozen_parameters=True)
+        ckpt.space_checked(staging, lambda: run.model.save_checkpoint(str(staging), tag="deepspeed",
+                                                                      exclude_frozen_parameters=True))
         ckpt.save_rank_state(staging, accelerator.process_index, accelerator.device, scheduler=run.scheduler if is_main else None)
     else:
         ckpt.save_rank_state(
@@ -412,8 +397,12 @@ def save_training_checkpoint(run: Run, step: int) -> None:
             optimizer=run.optimizer if is_main else None, scheduler=run.scheduler if is_main else None,
         )
     accelerator.wait_for_everyone()
+    # Every rank hashes a share of the files (the list comes from the main process, so all hash the same list).
+    names = broadcast_object_list([ckpt.manifest_names(staging, checkpoints_dir / weights_name) if is_main else None])[0]
+    shares = gather_object([ckpt.manifest_share(staging, names, accelerator.process_index, accelerator.num_processes)])
     if is_main:
-        trainer_state = {"step": step, "weights": weights_name, "num_processes": accelerator.num_processes}
+        trainer_state = {"step": step, "weights": weights_name, "num_processes": accelerator.num_processes,
+                         ckpt.MANIFEST: {name: digest for share in shares for name, digest in share.items()}}
         ckpt.publish_state(checkpoints_dir, step, trainer_state, keep_last=run.cfg.trainer.keep_last_states)
     accelerator.wait_for_everyone()
 
@@ -429,14 +418,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {error}", file=sys.stderr)
         return 2
     accelerator = build_accelerator(cfg)
+    prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
     try:
-        train(cfg, accelerator)
+        with run_dirs.claimed(accelerator, cfg):
+            train(cfg, accelerator)
+    except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted) as stopped:
+        print(f"{prefix}{type(stopped).__name__}: {stopped}", file=sys.stderr)
+        return stopped.exit_code
     except ConfigError as error:  # the same on every rank: said once
         if accelerator.is_main_process:
             print(f"config error: {error}", file=sys.stderr)
         return 2
-    except (DataError, TrainingError, CheckpointMismatchError) as error:
-        prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
+    except (DataError, TrainingError, CheckpointMismatchError, ckpt.DiskFullError) as error:
         print(f"{prefix}{type(error).__name__}: {error}", file=sys.stderr)
         return 1
     finally:

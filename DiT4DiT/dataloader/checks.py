@@ -1,0 +1,107 @@
+"""Checks that catch bad data before step 1: non-finite values, empty episodes, unreadable videos.
+
+Run while a dataset is indexed (the results are cached with the index), so the cost is paid once per
+dataset version, not at every start and never hours into a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+
+from DiT4DiT.dataloader.cache import cache_file, read_cached, write_json_atomic
+from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.reader import DatasetLayout
+
+log = logging.getLogger(__name__)
+
+SKIP_HINT = "or skip such episodes with --datasets.vla_data.skip_non_finite_episodes true"
+
+
+def check_not_empty(path: Path, episode: int, rows: int) -> None:
+    if rows == 0:
+        raise DataError(f"{path}: episode {episode} has no rows (zero-length episode); remove it from "
+                        "meta/episodes.jsonl or re-record it")
+
+
+def non_finite(path: Path, episode: int, column: str, values: np.ndarray) -> str | None:
+    """A message naming file, column, row and dim of the first NaN/Inf in a (rows, dims) array, or None."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return None
+    row, dim = (int(i) for i in np.argwhere(bad)[0])
+    return (f"{path}: episode {episode}, column '{column}', row {row} (dim {dim}) is {values[row, dim]}; "
+            f"{int(bad.sum())} non-finite value(s) in this episode. Fix the data, {SKIP_HINT}")
+
+
+def report_skipped(layout: DatasetLayout, skipped: dict[int, str]) -> None:
+    if skipped:
+        log.warning("%s: skipped %d episode(s) with NaN/Inf values (datasets.vla_data.skip_non_finite_episodes), "
+                    "e.g. %s", layout.root, len(skipped), next(iter(skipped.values())))
+
+
+def check_statistics_finite(stats: dict, path: Path) -> None:
+    """Statistics with a NaN or Inf are never written: every sample would be normalised with them."""
+    def visit(node, where: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                visit(value, f"{where}.{key}" if where else str(key))
+        elif isinstance(node, list):
+            for position, value in enumerate(node):
+                visit(value, f"{where}[{position}]")
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise DataError(f"{path}: not written, statistic {where} is {node}; the data behind it holds NaN/Inf "
+                            f"values. Fix the data, {SKIP_HINT}")
+
+    visit(stats, "")
+
+
+def _probe(path: Path, episode: int) -> dict:
+    """Frame count and size from the container, and one decoded frame (a file that opens may still not decode)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            frame = next(container.decode(stream), None)
+            if frame is None:
+                raise DataError(f"{path}: video of episode {episode} holds no decodable frame; re-encode or restore it")
+            return {"frames": int(stream.frames), "height": frame.height, "width": frame.width}
+    except (av.error.FFmpegError, IndexError) as exc:
+        raise DataError(f"{path}: video of episode {episode} cannot be decoded ({exc or 'no video stream'}); "
+                        "re-encode or restore the file") from exc
+
+
+def _declared_size(layout: DatasetLayout, video_key: str) -> tuple[int, int] | None:
+    shape = layout.info.get("features", {}).get(video_key, {}).get("shape")
+    return (int(shape[0]), int(shape[1])) if shape and len(shape) >= 2 else None
+
+
+def probe_videos(layout: DatasetLayout, episodes, video_keys: list[str], lengths: dict[int, int], cache_dir: Path) -> None:
+    """Every video of these episodes opens and decodes, covers its episode's rows, and has info.json's size.
+
+    Unreadable or too short -> DataError; another resolution than info.json's -> a warning naming the file
+    (frames are resized anyway). Probes are cached by each file's name, size and mtime.
+    """
+    videos = [(int(e), key, layout.video_path(int(e), key)) for e in episodes for key in video_keys]
+    stats = [f"{p.relative_to(layout.root)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for _, _, p in videos]
+    cache = cache_file(cache_dir, layout, "videos", hashlib.sha256("\n".join(stats).encode()).hexdigest()[:32])
+    probes = read_cached(cache)
+    if probes is None:
+        probes = {str(path.relative_to(layout.root)): _probe(path, episode) for episode, _, path in videos}
+        write_json_atomic(cache, probes)
+    for episode, key, path in videos:
+        probe = probes[str(path.relative_to(layout.root))]
+        # A container may not record its frame count (0); the decoder then finds a short video when sampling.
+        if 0 < probe["frames"] < lengths[episode] - 1:
+            raise DataError(f"{path}: {probe['frames']} frames for an episode of {lengths[episode]} rows (episode "
+                            f"{episode}); the last steps have no frame. Re-encode the video or fix the episode")
+        declared = _declared_size(layout, key)
+        if declared and declared != (probe["height"], probe["width"]):
+            log.warning("%s: %dx%d frames, but meta/info.json features.%s.shape says %dx%d (height x width); frames "
+                        "are resized to image_size either way, check that this is the right video", path,
+                        probe["height"], probe["width"], key, *declared)

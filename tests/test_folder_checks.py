@@ -1,0 +1,53 @@
+"""Model-folder integrity: every safetensors header is read and its byte length compared with the file size."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+
+import pytest
+
+from DiT4DiT.tools.folder_checks import base_model_problems, main
+from test_doctor import TINY_YAML, doctor
+
+
+@pytest.fixture
+def pipeline_copy(tiny_pipeline_dir, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(tiny_pipeline_dir, target)
+    return target
+
+
+def test_a_complete_pipeline_passes(tiny_pipeline_dir):
+    assert base_model_problems(tiny_pipeline_dir) == []
+
+
+def test_a_truncated_shard_is_named_with_both_sizes(pipeline_copy):
+    shard = pipeline_copy / "transformer/diffusion_pytorch_model.safetensors"
+    size = shard.stat().st_size
+    with open(shard, "r+b") as handle:
+        handle.truncate(size - 100)
+    assert base_model_problems(pipeline_copy) == [
+        f"{shard}: {size - 100} bytes, but its header describes {size}; the download was interrupted or the file is "
+        "damaged; download it again"]
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"<html>rate limited</html>", "not a safetensors file (header length"),
+    (struct.pack("<Q", 5) + b"{oops", "not a safetensors file (unreadable header)"),
+    (b"\x01\x02", "too short for a safetensors header"),
+])
+def test_a_garbage_file_is_named(pipeline_copy, content, problem):
+    shard = pipeline_copy / "vae/diffusion_pytorch_model.safetensors"
+    shard.write_bytes(content)
+    (found,) = base_model_problems(pipeline_copy)
+    assert found.startswith(f"{shard}: ") and problem in found
+    assert main(["base_model", str(pipeline_copy)]) == 1
+
+
+def test_the_doctor_fails_the_base_model_naming_the_file(pipeline_copy):
+    shard = pipeline_copy / "text_encoder/model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-8])
+    code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(pipeline_copy))
+    assert code != 0
+    assert lines["base_model"].startswith("FAIL") and str(shard) in lines["base_model"]

@@ -1,0 +1,245 @@
+"""Long runs end to end: preemption, strict resume, damaged and half-written states, run-directory safety.
+
+Real `accelerate launch` subprocesses where the launch matters (signals, resume equality); the trainer's own
+exit codes are checked by running its entry point directly (accelerate launch reduces any failure to 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures_data import snapshot
+from test_train_e2e import ROOT, TINY_CONFIG, descendants, environment, metrics, train, trainer_command
+
+EXIT_PREEMPTED = 75
+KILL_DURING_SAVE = Path(__file__).resolve().parent / "helpers" / "kill_during_save.py"
+
+
+def direct(pipeline, data, run_root, run_id, *overrides, entry=("DiT4DiT/training/train.py",)) -> subprocess.CompletedProcess:
+    """The trainer's entry point in one plain process (no launcher), so its own exit status is seen."""
+    command = trainer_command(pipeline, data, run_root, run_id, *overrides)
+    command = [sys.executable, *entry, *command[command.index("--config_yaml"):]]
+    return subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=900)
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "final_model/pytorch_model.pt", weights_only=True)
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "weights differ"
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["total_loss"]) for r in metrics(run_dir) if "total_loss" in r]
+
+
+COMMON = ("--trainer.max_train_steps=6", "--trainer.save_interval=2", "--trainer.logging_frequency=1",
+          "--trainer.eval_interval=100", "--trainer.num_warmup_steps=2")
+
+
+@pytest.fixture(scope="module")
+def six_steps(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_factory):
+    """An uninterrupted 6-step run with states at steps 4 and 6 (keep_last_states=2)."""
+    run_root = tmp_path_factory.mktemp("runs")
+    result = train(tiny_pipeline_dir, tiny_robotwin_root, run_root, "six", *COMMON)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_root / "six"
+
+
+def copy_run(run_dir: Path, target_root: Path, name: str) -> Path:
+    shutil.copytree(run_dir, target_root / name)
+    return target_root / name
+
+
+# --- preemption -----------------------------------------------------------------------------------------
+
+def wait_for_step(run_dir: Path, step: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 600
+    while process.poll() is None and time.monotonic() < deadline:
+        path = run_dir / "metrics.jsonl"
+        if path.exists() and any(json.loads(line).get("step", 0) >= step for line in path.read_text().splitlines()
+                                 if line.endswith("}")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run never reached step {step}")
+
+
+def test_sigterm_saves_and_the_resumed_run_ends_bitwise_equal(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    # With a DataLoader worker: the signal reaches it too (torchrun signals the trainer's process group).
+    common = ("--trainer.max_train_steps=12", "--trainer.save_interval=100", "--trainer.logging_frequency=1",
+              "--trainer.eval_interval=100", "--datasets.vla_data.num_workers=1")
+    straight = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "straight", *common)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    # What a scheduler does: SIGTERM to the launch's process group (accelerate forwards it to the trainer).
+    process = subprocess.Popen(
+        trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "stopped", *common),
+        cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    wait_for_step(tmp_path / "stopped", 3, process)
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=600)
+    assert "stopped by SIGTERM after step" in stderr, stderr[-3000:]
+    (state,) = (tmp_path / "stopped/checkpoints").glob("steps_*_training_state")
+    stopped_at = int(state.name.split("_")[1])
+    assert 3 <= stopped_at < 12 and not (tmp_path / "stopped/final_model").exists()
+    statistics = snapshot(tmp_path / "stopped")["dataset_statistics.json"]
+
+    resumed = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "stopped", *common, "--trainer.is_resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {stopped_at}" in resumed.stderr
+    assert_same_weights(final_weights(tmp_path / "straight"), final_weights(tmp_path / "stopped"))
+    assert losses(tmp_path / "straight") == losses(tmp_path / "stopped")
+    assert snapshot(tmp_path / "stopped")["dataset_statistics.json"] == statistics  # reused, not rewritten
+
+
+def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    process = subprocess.Popen(
+        trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "ddp", "--trainer.max_train_steps=40",
+                        "--trainer.save_interval=100", "--trainer.logging_frequency=1", processes=2),
+        cwd=ROOT, env=environment(2), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    wait_for_step(tmp_path / "ddp", 2, process)
+    workers = [pid for pid in descendants(process.pid) if "train.py" in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert len(workers) == 2
+    os.kill(max(workers), signal.SIGTERM)  # one rank only
+    _, stderr = process.communicate(timeout=600)
+    assert "stopped by SIGTERM after step" in stderr and "stopped by a signal on another rank after step" in stderr
+    assert f"exitcode  : {EXIT_PREEMPTED}" in stderr  # the trainer's own status, as torchrun reports it
+    (state,) = (tmp_path / "ddp/checkpoints").glob("steps_*_training_state")
+    assert {p.name for p in state.iterdir()} >= {"rng_rank0.pt", "rng_rank1.pt", "trainer_state.json"}
+    steps = {line.split("after step ")[1].split(";")[0] for line in stderr.splitlines() if "after step" in line}
+    assert steps == {state.name.split("_")[1]}
+
+
+# --- kill -9 in the middle of a save ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("write", [5, 7])  # file saves 1-4 make step 2; 5: the weights of step 4, 7: its optimizer.pt
+def test_kill_9_during_a_save_leaves_a_loadable_state(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, write):
+    killed = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *COMMON,
+                    entry=(str(KILL_DURING_SAVE), str(write)))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    checkpoints = tmp_path / "killed/checkpoints"
+    assert [p.name for p in checkpoints.glob("steps_*_training_state")] == ["steps_2_training_state"]
+    leftovers = [p.name for p in checkpoints.iterdir() if p.name.startswith(".")]
+    assert leftovers, "the kill did not land inside a save"
+
+    resumed = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *COMMON, "--trainer.is_resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr and "at step 2" in resumed.stderr
+    assert "temporary file(s) left by an interrupted run" in resumed.stderr
+    assert not [p.name for p in checkpoints.iterdir() if p.name.startswith(".")]
+
+
+# --- integrity -------------------------------------------------------------------------------------------
+
+def test_a_tampered_state_is_refused_and_the_previous_one_used(six_steps, tiny_pipeline_dir, tiny_robotwin_root,
+                                                              tmp_path):
+    run = copy_run(six_steps, tmp_path, "tampered")
+    optimizer = run / "checkpoints/steps_6_training_state/optimizer.pt"
+    data = bytearray(optimizer.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    optimizer.write_bytes(bytes(data))
+    resumed = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "tampered", *COMMON, "--trainer.is_resume=true",
+                    "--trainer.max_train_steps=8")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "steps_6_training_state fails its manifest check and is not used" in resumed.stderr
+    assert "optimizer.pt: sha256 differs from the manifest" in resumed.stderr
+    assert "steps_4_training_state at step 4" in resumed.stderr
+
+
+# --- strict resume ---------------------------------------------------------------------------------------
+
+def test_resume_without_a_training_state_exits_2_and_writes_nothing(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    (tmp_path / "typo").mkdir()
+    result = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "typo", "--trainer.is_resume=true")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "ResumeError: trainer.is_resume is set but" in result.stderr
+    assert "holds no complete, verified training state" in result.stderr and "--trainer.resume_weights_only true" \
+        in result.stderr
+    assert not list((tmp_path / "typo").iterdir())  # the lock taken while looking is gone again
+
+
+def test_resume_refuses_a_changed_batch_size_unless_allowed(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    run = copy_run(six_steps, tmp_path, "changed")
+    before = snapshot(run)
+    refused = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "changed", *COMMON, "--trainer.is_resume=true",
+                     "--datasets.vla_data.per_device_batch_size=2", "--seed=7")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "datasets.vla_data.per_device_batch_size: 4 -> 2" in refused.stderr and "seed: 42 -> 7" in refused.stderr
+    assert "--trainer.resume_allow_changes=datasets.vla_data.per_device_batch_size,seed" in refused.stderr
+    assert snapshot(run) == before
+    allowed = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "changed", *COMMON, "--trainer.is_resume=true",
+                     "--trainer.max_train_steps=7", "--datasets.vla_data.per_device_batch_size=2",
+                     "--trainer.resume_allow_changes=datasets.vla_data.per_device_batch_size")
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+
+
+def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    """A run dir with only steps_N_pytorch_model.pt (what the original DiT4DiT leaves): continue from step N."""
+    (tmp_path / "original/checkpoints").mkdir(parents=True)
+    shutil.copy(six_steps / "checkpoints/steps_4_pytorch_model.pt", tmp_path / "original/checkpoints")
+    result = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "original", *COMMON, "--trainer.is_resume=true",
+                   "--trainer.resume_weights_only=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "WEIGHTS-ONLY RESUME from" in result.stderr and "step 4" in result.stderr
+    rates = lambda run: [(r["step"], r["learning_rate/action_model"]) for r in metrics(run) if "total_loss" in r]
+    assert rates(tmp_path / "original") == rates(six_steps)[4:]  # the schedule was fast-forwarded to step 4
+
+
+# --- run directory ---------------------------------------------------------------------------------------
+
+def test_a_new_run_over_a_finished_one_exits_2_and_writes_nothing(six_steps, tiny_pipeline_dir, tiny_robotwin_root,
+                                                                  tmp_path):
+    run = copy_run(six_steps, tmp_path, "done")
+    before = snapshot(run)
+    result = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "done", *COMMON)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"RunDirError: {run} already holds a run (config.yaml, checkpoints, final_model" in result.stderr
+    assert "--trainer.is_resume true" in result.stderr and "--trainer.move_old_run true" in result.stderr
+    assert snapshot(run) == before
+
+
+def test_move_old_run_keeps_the_earlier_run_aside(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    run = copy_run(six_steps, tmp_path, "again")
+    old_final = final_weights(run)
+    result = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "again", *COMMON, "--trainer.max_train_steps=2",
+                    "--trainer.move_old_run=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (aside,) = tmp_path.glob("again.old-*")
+    assert_same_weights(final_weights(aside), old_final)
+    assert [r["step"] for r in metrics(run) if "total_loss" in r] == [1, 2]
+
+
+def test_a_second_run_with_the_same_run_id_is_kept_out(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    first = subprocess.Popen(
+        trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "busy", "--trainer.max_train_steps=200",
+                        "--trainer.save_interval=100"),
+        cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        lock = tmp_path / "busy/run.lock"
+        deadline = time.monotonic() + 300
+        while not lock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holder = json.loads(lock.read_text())
+        second = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "busy", "--trainer.is_resume=true")
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert f"is in use by another run (pid {holder['pid']} on host {holder['host']}" in second.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()

@@ -1,0 +1,242 @@
+"""Run-directory lock and fresh-start check, checkpoint manifests, resume rules, signals: the pieces, in process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from DiT4DiT.config.schema import load_config
+from DiT4DiT.training import checkpoint as ckpt
+from DiT4DiT.training import preemption, resume, run_dir
+
+ROBOTWIN = Path(__file__).resolve().parents[1] / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
+
+
+def finished_run(folder: Path) -> Path:
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text("seed: 42\n")
+    (folder / "train.log").write_text("=== launcher log\n")
+    return folder
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+# --- run directory ---------------------------------------------------------------------------------------
+
+def test_a_fresh_start_over_a_run_is_refused_and_changes_nothing(tmp_path):
+    run = finished_run(tmp_path / "run")
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(run_dir.RunDirError, match=r"already holds a run \(config\.yaml, checkpoints\); nothing was "
+                                                 r"written\. Choose one: continue it with --trainer\.is_resume true"):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=False)
+    assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_the_launchers_log_alone_is_not_a_run(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/train.log").write_text("=== launcher log\n")
+    run_dir.claim_run_dir(tmp_path / "run", is_resume=False, move_aside=False).release()
+
+
+def test_move_old_run_moves_everything_but_the_log_and_lock(tmp_path, caplog):
+    run = finished_run(tmp_path / "run")
+    with caplog.at_level(logging.WARNING):
+        lock = run_dir.claim_run_dir(run, is_resume=False, move_aside=True)
+    (aside,) = tmp_path.glob("run.old-*")
+    assert sorted(p.name for p in aside.iterdir()) == ["checkpoints", "config.yaml"]
+    assert sorted(p.name for p in run.iterdir()) == ["run.lock", "train.log"]
+    assert f"moved the earlier run in {run} aside to {aside}" in caplog.text
+    lock.release()
+    assert not (run / "run.lock").exists()
+
+
+def test_a_live_lock_keeps_a_second_run_out(tmp_path):
+    lock = run_dir.claim_run_dir(tmp_path / "run", is_resume=False, move_aside=False)
+    record = json.loads((tmp_path / "run/run.lock").read_text())
+    assert record["host"] == socket.gethostname() and record["pid"] == os.getpid() and record["started"]
+    expected = f"is in use by another run (pid {os.getpid()} on host {socket.gethostname()}, started {record['started']}"
+    with pytest.raises(run_dir.RunDirError, match=re.escape(expected)):
+        run_dir.claim_run_dir(tmp_path / "run", is_resume=True, move_aside=False)
+    lock.release()
+
+
+def test_a_stale_lock_on_this_host_is_reported_and_taken_over(tmp_path, caplog):
+    (tmp_path / "run").mkdir()
+    pid = dead_pid()
+    (tmp_path / "run/run.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "started": "then"}))
+    with caplog.at_level(logging.WARNING):
+        lock = run_dir.claim_run_dir(tmp_path / "run", is_resume=True, move_aside=False)
+    assert f"taking over the stale lock of {tmp_path / 'run'}: pid {pid} on this host" in caplog.text
+    assert json.loads((tmp_path / "run/run.lock").read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+def test_a_lock_of_another_host_is_never_judged_stale(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/run.lock").write_text(json.dumps({"host": "node-7", "pid": dead_pid(), "started": "then"}))
+    with pytest.raises(run_dir.RunDirError, match=r"on host node-7.*delete the lock file"):
+        run_dir.claim_run_dir(tmp_path / "run", is_resume=True, move_aside=False)
+
+
+def test_stale_temporaries_are_removed_at_start(tmp_path):
+    checkpoints = tmp_path / "run/checkpoints"
+    ckpt.staging_dir(checkpoints, 40).mkdir(parents=True)
+    (checkpoints / ".steps_40_pytorch_model.pt.abc.tmp").write_bytes(b"half")
+    (tmp_path / "run/.metrics.jsonl.x.tmp").write_text("{")
+    (checkpoints / "steps_20_pytorch_model.pt").write_bytes(b"kept")
+    run_dir.claim_run_dir(tmp_path / "run", is_resume=True, move_aside=False).release()
+    assert [p.name for p in checkpoints.iterdir()] == ["steps_20_pytorch_model.pt"]
+    assert not list((tmp_path / "run").glob(".*"))
+
+
+# --- manifests -------------------------------------------------------------------------------------------
+
+def published_state(checkpoints: Path, step: int) -> Path:
+    staging = ckpt.staging_dir(checkpoints, step)
+    weights = ckpt.weights_path(checkpoints, step)
+    ckpt.save_weights({"w": torch.full((4,), float(step))}, weights)
+    ckpt.save_rank_state(staging, 0, torch.device("cpu"))
+    names = ckpt.manifest_names(staging, weights)
+    manifest = ckpt.manifest_share(staging, names, 0, 1)
+    return ckpt.publish_state(checkpoints, step, {"step": step, "weights": weights.name, "num_processes": 1,
+                                                  ckpt.MANIFEST: manifest}, keep_last=2)
+
+
+def test_the_manifest_lists_every_file_with_size_and_sha256(tmp_path):
+    state = published_state(tmp_path, 10)
+    manifest = ckpt.read_trainer_state(state)[ckpt.MANIFEST]
+    assert sorted(manifest) == ["../steps_10_pytorch_model.pt", "rng_rank0.pt"]
+    assert manifest["rng_rank0.pt"] == ckpt.file_digest(state / "rng_rank0.pt")
+    assert ckpt.verify_share(state, 0, 1) == []
+
+
+def test_the_hashing_is_shared_between_ranks(tmp_path):
+    state = published_state(tmp_path, 10)
+    names = sorted(ckpt.read_trainer_state(state)[ckpt.MANIFEST])
+    shares = [ckpt.manifest_share(state, names, rank, 2) for rank in (0, 1)]
+    assert [sorted(s) for s in shares] == [names[0::2], names[1::2]]
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda s: (s / "rng_rank0.pt").write_bytes(b"x"), r"rng_rank0\.pt: 1 bytes, the manifest says \d+"),
+    (lambda s: (s / "../steps_10_pytorch_model.pt").unlink(), r"steps_10_pytorch_model\.pt: missing"),
+    (lambda s: (s / "deepspeed").mkdir() or (s / "deepspeed/mp_rank_00_model_states.pt").write_bytes(b"planted"),
+     r"deepspeed/mp_rank_00_model_states\.pt: not in the manifest"),
+    (lambda s: (s / "trainer_state.json").write_text('{"step": 10}'), r"no readable manifest"),
+])
+def test_a_damaged_or_planted_file_fails_verification(tmp_path, damage, problem):
+    state = published_state(tmp_path, 10)
+    damage(state)
+    (found,) = ckpt.verify_share(state, 0, 1)
+    assert re.search(problem, found), found
+
+
+def test_a_same_size_change_is_caught_by_the_hash(tmp_path):
+    state = published_state(tmp_path, 10)
+    data = bytearray((state / "rng_rank0.pt").read_bytes())
+    data[-30] ^= 1
+    (state / "rng_rank0.pt").write_bytes(bytes(data))
+    assert ckpt.verify_share(state, 0, 1) == [f"{state / 'rng_rank0.pt'}: sha256 differs from the manifest"]
+
+
+def test_a_full_disk_is_named(tmp_path):
+    with pytest.raises(ckpt.DiskFullError, match=r"^no space left on device at /dev/full .*previous checkpoint is "
+                                                 r"intact"):
+        ckpt.save_checked({"w": torch.ones(10_000)}, Path("/dev/full"))
+
+
+# --- resume rules ----------------------------------------------------------------------------------------
+
+def test_changed_keys_are_listed_with_old_and_new_values():
+    saved = load_config(ROBOTWIN)
+    current = load_config(ROBOTWIN, ["datasets.vla_data.per_device_batch_size=8", "framework.action_model.hidden_size=64",
+                                     "trainer.max_train_steps=5"])
+    assert resume.config_changes(saved, current, set()) == [
+        "framework.action_model.hidden_size: 2560 -> 64", "datasets.vla_data.per_device_batch_size: 4 -> 8"]
+    assert resume.config_changes(saved, current, {"framework.action_model", "datasets.vla_data.per_device_batch_size"}) == []
+
+
+def test_keys_an_older_config_lacks_are_not_compared(tmp_path):
+    from omegaconf import OmegaConf
+
+    original = OmegaConf.create({"seed": 42, "datasets": {"vla_data": {"per_device_batch_size": 4}}})
+    assert resume.config_changes(original, load_config(ROBOTWIN), set()) == []
+
+
+def test_a_cut_off_last_metrics_line_is_dropped_with_a_warning(tmp_path, caplog):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "tot')
+    with caplog.at_level(logging.WARNING):
+        resume.trim_metrics(tmp_path, 2)
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert "dropped its last line, cut off when the run was killed" in caplog.text
+
+
+def test_a_broken_line_in_the_middle_of_metrics_is_an_error(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(resume.ResumeError, match=r"metrics\.jsonl, line 2: not valid JSON, and not the last line"):
+        resume.trim_metrics(tmp_path, 3)
+
+
+def test_weights_only_resume_picks_the_newest_weights(tmp_path):
+    for step in (5, 40, 100):
+        (tmp_path / f"steps_{step}_pytorch_model.pt").write_bytes(b"")
+    (tmp_path / "steps_7_pytorch_model.pt.tmp").write_bytes(b"")
+    assert resume.newest_weights(tmp_path) == (100, tmp_path / "steps_100_pytorch_model.pt")
+
+
+# --- signals ---------------------------------------------------------------------------------------------
+
+def test_sigterm_is_noted_and_a_second_one_restores_the_default():
+    stop = preemption.StopSignal().install()
+    try:
+        assert not stop.agreed()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.agreed() and stop.signal_name == "SIGTERM"
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the next one ends the process at once
+    finally:
+        stop.uninstall()
+    assert str(preemption.Preempted("SIGTERM", 7, "/run/checkpoints/steps_7_training_state")) == (
+        "stopped by SIGTERM after step 7; training state saved in /run/checkpoints/steps_7_training_state. Continue "
+        "with the same command plus --trainer.is_resume true")
+
+
+def test_resume_normalises_with_the_saved_statistics_and_never_rewrites_them(tiny_robotwin_root, data_cfg, tmp_path,
+                                                                            caplog):
+    from DiT4DiT.dataloader import build_vla_dataset, save_dataset_statistics
+    from DiT4DiT.dataloader.transforms import Normalizer
+
+    dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+    (tag, saved), = dataset.statistics().items()
+    saved["action"]["max"] = [m + 1.0 for m in saved["action"]["max"]]  # the run started on other data
+    path = tmp_path / "dataset_statistics.json"
+    save_dataset_statistics({tag: saved}, path)
+    before = path.read_bytes(), path.stat().st_mtime_ns
+    with caplog.at_level(logging.WARNING):
+        resume.use_saved_statistics([dataset], path, is_main=True)
+    assert "the saved ones stay in use" in caplog.text
+    action = torch.linspace(-1, 1, len(saved["action"]["max"])).numpy()[None, :]
+    expected = Normalizer(saved["action"]["normalization"], saved["action"]).normalize(action)
+    assert (dataset.normalizers[tag][1].normalize(action) == expected).all()
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def test_a_run_without_saved_statistics_gets_the_current_ones(tiny_robotwin_root, data_cfg, tmp_path):
+    from DiT4DiT.dataloader import build_vla_dataset
+
+    dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+    resume.use_saved_statistics([dataset], tmp_path / "dataset_statistics.json", is_main=True)
+    assert json.loads((tmp_path / "dataset_statistics.json").read_text()) == dataset.statistics()
