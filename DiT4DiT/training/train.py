@@ -35,6 +35,7 @@ from DiT4DiT.model.freezing import freeze_modules, module_paths
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.metrics import MetricsLogger, plot_loss_curve, read_metrics
+from DiT4DiT.training.shared_run_dir import check_shared_run_dir
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.sampler import ResumableBatchSampler, iterate_batches
 
@@ -191,6 +192,7 @@ def due(done: int, interval: int, last: int) -> bool:
 
 
 def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
+    check_shared_run_dir(accelerator, cfg.run_root_dir)
     run_dir = Path(cfg.run_root_dir) / cfg.run_id
     cfg.output_dir = str(run_dir)
     checkpoints_dir = run_dir / "checkpoints"
