@@ -31,7 +31,8 @@
 #   --framework_name=NAME         framework.name
 #   --freeze_module_list=A,B      trainer.freeze_modules
 #   --action_video_freq_ratio=N   datasets.vla_data.action_video_freq_ratio
-#   --run_root_dir=DIR            run_root_dir; the run dir <run_root_dir>/<run_id> must be shared by all nodes
+#   --run_root_dir=DIR            run_root_dir; the run dir <run_root_dir>/<run_id> must be shared by all nodes;
+#                                 the log is train.log there (train.node<R>.log on machine R > 0)
 #   --run_id=NAME                 run_id (always passed as a string, so --run_id=20250101 works)
 #   --a.b.c=value | --a.b.c value any other trainer key, e.g. --trainer.save_interval=1000; top-level keys too (--seed=1)
 #   --dry-run                     print host, values, environment, command and preflight result; start nothing
@@ -176,6 +177,7 @@ while IFS=$'\t' read -r key source value; do
 done <<<"$plan"
 RUN_DIR=${VAL[run_root_dir]}/${VAL[run_id]}
 LOG=$RUN_DIR/train.log
+((MACHINE_RANK == 0)) || LOG=$RUN_DIR/train.node$MACHINE_RANK.log  # the run dir is shared: one log per node
 
 ENV_SET=(WANDB_MODE PYTHONPATH)
 export WANDB_MODE=${WANDB_MODE:-offline}
@@ -289,6 +291,9 @@ folder_problems() {  # $1 = how to fix, then the folder_checks arguments
 BASE_MODEL=${VAL[framework.cosmos25.base_model]}
 DATA_ROOT=${VAL[datasets.vla_data.data_root_dir]}
 DATA_MIX=${VAL[datasets.vla_data.data_mix]}
+# The folder check counts a mixture's datasets only when you name it; the trainer rules on the YAML's own.
+CHECKED_MIX=""
+[[ ${VSRC[datasets.vla_data.data_mix]} == option ]] && CHECKED_MIX=$DATA_MIX
 same_path() { [[ $(realpath -m "$1") == $(realpath -m "$2") ]]; }
 if [[ -z $BASE_MODEL ]]; then
     PROBLEMS+=("framework.cosmos25.base_model is not set: pass --base_model=DIR")
@@ -308,7 +313,7 @@ else
     else
         fix_data="put the LeRobot datasets of the '${DATA_MIX:-configured}' mixture under $DATA_ROOT"
     fi
-    folder_problems "$fix_data" data_root "$DATA_ROOT" ${DATA_MIX:+"$DATA_MIX"}
+    folder_problems "$fix_data" data_root "$DATA_ROOT" ${CHECKED_MIX:+"$CHECKED_MIX"}
 fi
 
 CMD=("$PYTHON" -m accelerate.commands.launch --config_file "${OPT[launch_config]}" --num_processes "$TOTAL_PROCESSES")
