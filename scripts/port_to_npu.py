@@ -85,34 +85,67 @@ def _npu_autocast(dtype=None, enabled=True, cache_enabled=None):
 # Only train.py runs the entry point.
 PATCHER_HELPER = '''
 
+_MX_PATCHER_MODES = ("lean", "default", "off")
+
+
+def _mx_patcher_mode() -> str:
+    """DIT4DIT_MX_PATCHER (lean by default); the older DIT4DIT_DISABLE_MX_PATCHER=1 means off."""
+    if os.environ.get("DIT4DIT_DISABLE_MX_PATCHER") == "1":
+        return "off"
+    mode = os.environ.get("DIT4DIT_MX_PATCHER", "lean")
+    if mode not in _MX_PATCHER_MODES:
+        sys.exit(f"DIT4DIT_MX_PATCHER={mode!r}: expected one of {', '.join(_MX_PATCHER_MODES)}")
+    return mode
+
+
+def _enter_mx_patcher(stack: contextlib.ExitStack, mode: str) -> None:
+    """Enter mx_driving's default patcher on `stack`: default_patcher (API 2.0) or default_patcher_builder (1.0).
+
+    lean leaves out its two global torch patches (Tensor indexing, torch.matmul): they put a Python check on
+    every such call and serve no shape this model has; the rest targets mmcv/mmdet/numpy and patches nothing
+    here. DiffusersNPU is not added: it only expands (..., 1, S) attention masks, for diffusers 0.35.1 only, and
+    this model passes none. A patcher that fails to import or apply is a warning; training goes on without it.
+    """
+    root = logging.getLogger()
+    saved = root.level, root.handlers[:]
+    try:
+        from mx_driving import patcher
+    except Exception as error:  # ImportError, or the driver/CANN error of its compiled extension
+        warnings.warn(f"mx_driving is not importable ({error}); training without its patcher", RuntimeWarning)
+        return
+    finally:  # importing mx_driving calls logging.basicConfig(INFO): the logging set-up stays the trainer's
+        root.setLevel(saved[0])
+        root.handlers[:] = saved[1]
+    try:
+        if hasattr(patcher.Patcher, "add"):  # API 2.0 (1.0 exports a Patcher too, without add)
+            built = patcher.default_patcher
+            if mode == "lean":
+                built.disable(patcher.TensorIndex, patcher.BatchMatmul)
+        else:
+            builder = patcher.default_patcher_builder
+            if mode == "lean":
+                builder.disable_patches("index", "batch_matmul")
+            built = builder.build()
+        stack.enter_context(built)  # applies; 1.0 is exited with the body, 2.0 patches for the process
+    except Exception as error:
+        warnings.warn(f"the mx_driving patcher ({mode}) failed to apply ({error!r}); training without it",
+                      RuntimeWarning)
+
+
 @contextlib.contextmanager
 def _mx_driving_patcher():
-    """Run the body inside the mx_driving patcher when it is installed (patcher API 1.0 or 2.0).
-
-    The patch list is empty on purpose: the default patchers (default_patcher, 1.0's
-    default_patcher_builder) target mmcv/mmdet and patch torch.matmul and Tensor.__getitem__
-    globally, which only adds per-call overhead to a DiT; TransformersNPU targets Qwen3 modules
-    this model does not have. Set DIT4DIT_DISABLE_MX_PATCHER=1 to skip the patcher.
-    """
-    patcher = None
-    if os.environ.get("DIT4DIT_DISABLE_MX_PATCHER") == "1":
-        warnings.warn("DIT4DIT_DISABLE_MX_PATCHER=1: training without the mx_driving patcher", RuntimeWarning)
-    else:
-        try:
-            from mx_driving import patcher
-        except ImportError as error:
-            warnings.warn(f"mx_driving is not importable ({error}); training without its patcher", RuntimeWarning)
-    if patcher is None:
+    """Run the body inside mx_driving's patcher as DIT4DIT_MX_PATCHER says: lean, default or off."""
+    mode = _mx_patcher_mode()
+    with contextlib.ExitStack() as stack:
+        if mode == "off":
+            warnings.warn("mx_driving patcher off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)",
+                          RuntimeWarning)
+        else:
+            _enter_mx_patcher(stack, mode)
         yield
-    elif hasattr(patcher.Patcher, "add"):  # API 2.0: apply() patches for the process; there is no exit
-        patcher.Patcher().apply()
-        yield
-    else:  # API 1.0: the built patcher is a context manager
-        with patcher.PatcherBuilder().build():
-            yield
 '''
 
-HELPER_IMPORTS = {FRAMEWORK: ("functools", "warnings"), TRAIN: ("contextlib", "functools", "os", "warnings")}
+HELPER_IMPORTS = {FRAMEWORK: ("functools", "warnings"), TRAIN: ("contextlib", "functools", "logging", "os", "sys", "warnings")}
 
 
 class PortError(Exception):
@@ -262,7 +295,7 @@ def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> li
 
 def _helper_names(rel: str) -> list[str]:
     names = ["_autocast_device", "_npu_autocast"]
-    return names + (["_mx_driving_patcher"] if rel == TRAIN else [])
+    return names + (["_mx_patcher_mode", "_enter_mx_patcher", "_mx_driving_patcher"] if rel == TRAIN else [])
 
 
 def _autocast_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:

@@ -98,9 +98,43 @@ def test_hccl_variables_are_validated():
 
 
 def test_patcher_api_generations():
-    assert patcher_api(["Patcher", "default_patcher_builder"]) == "2.0"  # PyPI 26.x: 2.0 plus the legacy shim
-    assert patcher_api(["default_patcher_builder"]) == "1.0"  # branches up to v26.0.0
-    assert patcher_api([]) is None
+    assert patcher_api(has_add=True, builder=True) == "2.0"  # PyPI 26.x: 2.0 plus the legacy shim
+    assert patcher_api(has_add=False, builder=True) == "1.0"  # branches up to v26.0.0 export a Patcher without add
+    assert patcher_api(has_add=False, builder=False) is None
+
+
+@pytest.mark.parametrize("fake, api", [(ROOT / "tests/fakes/mx_driving_v1", "1.0"), (ROOT / "tests/fakes/mx_driving_v2", "2.0")])
+def test_patcher_probe_tells_the_generations_apart(fake, api):
+    from DiT4DiT.tools.doctor import MX_DRIVING_PROBE  # the probe the doctor runs, run here on the fakes
+
+    path = os.pathsep.join([str(fake), str(ROOT / "tests/fakes/torch_npu")])
+    out = subprocess.run([sys.executable, "-c", MX_DRIVING_PROBE], env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True, check=True).stdout
+    found = json.loads(out.splitlines()[-1])
+    assert patcher_api(found["has_add"], found["builder"]) == api
+
+
+def test_python_version_and_nodes_are_reported():
+    _, lines = doctor("--config_yaml", str(TINY_YAML), "--num_processes", "2", "--num_machines", "3")
+    assert lines["python"].startswith("PASS") and f"Python {sys.version.split()[0]}" in lines["python"]
+    assert "3 nodes x 2 process(es) per node = 6 processes" in lines["nodes"]
+
+
+def test_processes_holding_npus_are_listed():
+    _, busy = doctor("--config_yaml", str(TINY_YAML), layout="a3")
+    assert busy["npu_processes"].startswith("WARN")
+    assert "pid 632268 python3.10 on NPU 0 chip 0 (197 MB)" in busy["npu_processes"]
+    _, idle = doctor("--config_yaml", str(TINY_YAML), layout="a3", FAKE_NPU_SMI_IDLE="1")
+    assert idle["npu_processes"].startswith("PASS")
+    _, hidden = doctor("--config_yaml", str(TINY_YAML), layout="a3", ASCEND_RT_VISIBLE_DEVICES="2,3")
+    assert hidden["npu_processes"].startswith("PASS")  # NPU 0 is not one of this run's devices
+
+
+def test_device_check_is_per_node():
+    _, two_nodes = doctor("--config_yaml", str(TINY_YAML), "--num_processes", "16", "--num_machines", "2", layout="a3")
+    assert two_nodes["npu_devices"].startswith("PASS")
+    _, too_many = doctor("--config_yaml", str(TINY_YAML), "--num_processes", "17", "--num_machines", "2", layout="a3")
+    assert too_many["npu_devices"].startswith("FAIL") and "--num_processes 17 per node" in too_many["npu_devices"]
 
 
 def test_torch_npu_release_must_match_torch():

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "scripts" / "train_8p.sh"
@@ -84,6 +87,8 @@ def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, device
                     "--action_video_freq_ratio", "2", *args, layout=layout, env=env)
     out = result.stdout
     assert f"host: npu ({layout.upper()}, {devices} of {devices} devices visible); CANN: {env['CANN_SET_ENV']}" in out
+    assert f"detected: npu-smi lists {devices} devices ({layout.upper()}, detected)" in out
+    assert f"python: {sys.version.split()[0]} ({sys.executable})" in out
     variables = env_lines(out)
     assert variables["TASK_QUEUE_ENABLE"] == "2" and variables["CPU_AFFINITY_CONF"] == "1"
     assert variables["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
@@ -98,7 +103,7 @@ def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, device
     assert f"--num_processes {devices} {env['DIT4DIT_TRAIN_ENTRY']}" in command
     for item in ("--config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml", "--trainer.max_train_steps=100",
                  "--datasets.vla_data.per_device_batch_size=1", "--datasets.vla_data.data_mix=robotwin_task1",
-                 "--framework.name=DiT4DiT", "--datasets.vla_data.action_video_freq_ratio=2",
+                 "--datasets.vla_data.action_video_freq_ratio=2",
                  "--trainer.save_interval=50"):
         assert item in command
     # torch_npu is never installed here, so that is the one thing preflight can still report.
@@ -106,13 +111,44 @@ def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, device
     assert "preflight: 1 problem(s)" in result.stderr and "torch_npu is not installed" in result.stderr
 
 
-def test_a_short_npu_run_saves_at_its_end_by_default(npu_ready):
-    # The robotwin config saves every 10000 steps; a 100-step run must not be refused for that.
+def forwarded(stdout: str) -> list[str]:
+    """The trainer arguments after `--config_yaml FILE` in the dry-run command."""
+    command = stdout.split("command (in", 1)[1].splitlines()[1].split()
+    return command[command.index("--config_yaml") + 2:]
+
+
+def values(stdout: str) -> dict[str, str]:
+    """The dry-run's value block: key -> "value  (source)"."""
+    block = stdout.split("values:\n", 1)[1].split("environment:", 1)[0]
+    return dict(line.strip().split("=", 1) for line in block.splitlines())
+
+
+def test_npu_host_passes_only_what_was_typed_and_says_where_each_value_comes_from(npu_ready, tmp_path):
     args, env = npu_ready
-    command = launch("--dry-run", "--max_train_steps=100", *args, layout="a2", env=env).stdout
-    assert "--trainer.save_interval=100 " in command + " "
-    command = launch("--dry-run", "--max_train_steps=50000", *args, layout="a2", env=env).stdout
-    assert "--trainer.save_interval=10000 " in command + " "
+    out = launch("--dry-run", "--max_train_steps=100", "--seed=1", *args, layout="a3", env=env).stdout
+    model, data = args[0].split("=", 1)[1], args[1].split("=", 1)[1]
+    assert forwarded(out) == ["--trainer.max_train_steps=100", "--seed=1", f"--framework.cosmos25.base_model={model}",
+                              f"--datasets.vla_data.data_root_dir={data}", "--datasets.vla_data.data_mix=robotwin_task1"]
+    yaml = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
+    shown = values(out)
+    assert shown["config_yaml"] == f"{yaml}  (host default: npu)"
+    assert shown["launch_config"] == "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml  (host default: npu)"
+    assert shown["num_processes"] == "16  (host default: npu)"
+    assert shown["trainer.max_train_steps"] == "100  (option --max_train_steps)"
+    assert shown["seed"] == "1  (option --seed)"
+    assert shown["run_id"] == f"dit4dit_robotwin  (yaml {yaml})"
+    assert shown["datasets.vla_data.data_mix"] == "robotwin_task1  (option --data_mix)"
+    assert "log: ./runs/dit4dit_robotwin/train.log" in out
+
+
+def test_the_yaml_decides_what_was_not_typed(npu_ready):
+    # The robotwin YAML holds the NPU defaults the launcher used to pass (100000 steps, batch 4, saves every 10000).
+    args, env = npu_ready
+    out = launch("--dry-run", *args, layout="a2", env=env).stdout
+    assert not any(item.startswith(("--trainer.", "--run_id", "--framework.name")) for item in forwarded(out))
+    from DiT4DiT.config.schema import load_config
+    cfg = load_config(ROOT / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml", [])
+    assert (cfg.trainer.max_train_steps, cfg.trainer.save_interval, cfg.datasets.vla_data.per_device_batch_size) == (100000, 10000, 4)
 
 
 def test_zero_copy_follows_the_soc_override(npu_ready):
@@ -148,28 +184,34 @@ def test_too_many_processes_is_refused_before_anything_starts(layout, visible_en
         env["ASCEND_RT_VISIBLE_DEVICES"] = visible_env
     result = launch(f"--num_processes={asked}", f"--run_root_dir={tmp_path / 'runs'}", *args, layout=layout, env=env)
     assert result.returncode == 2
-    assert f"--num_processes={asked} but only {visible} NPU devices are visible" in result.stderr
+    assert f"--num_processes={asked} per node but only {visible} NPU devices are visible on this node" in result.stderr
     assert "an Atlas 800T A3 node has 16 devices" in result.stderr
     assert not marker.exists() and not (tmp_path / "runs").exists()
 
 
 def test_cpu_host_dry_run_uses_tiny_defaults_and_says_how_to_make_them(tmp_path):
     result = launch("--dry-run", layout=None, env={"CANN_SET_ENV": "/nonexistent"})
-    assert "host: cpu" in result.stdout
+    assert "host: cpu" in result.stdout and "detected: no npu-smi device, /dev/davinci* or torch_npu" in result.stdout
     assert set(env_lines(result.stdout)) == {"WANDB_MODE", "PYTHONPATH"}  # no Ascend variables
     command = result.stdout.split("command (in", 1)[1].splitlines()[1]
     assert "--config_file DiT4DiT/config/deepseeds/cpu.yaml --num_processes 1 DiT4DiT/training/train.py" in command
     assert "--config_yaml DiT4DiT/config/tiny/dit4dit_tiny.yaml" in command
-    assert "--trainer.freeze_modules" not in command  # not given: the YAML decides
+    assert forwarded(result.stdout) == []  # nothing typed: the YAML decides everything
     model = ROOT / "playground/Pretrained_models/Cosmos-Predict2.5-tiny"
     if not (model / "model_index.json").is_file():
         assert result.returncode == 2
-        assert "fix: python -m DiT4DiT.tools.tiny_cosmos --out ./playground/Pretrained_models/Cosmos-Predict2.5-tiny" in result.stderr
+        assert "fix: python -m DiT4DiT.tools.tiny_cosmos --out playground/Pretrained_models/Cosmos-Predict2.5-tiny" in result.stderr
 
 
 def test_bad_options_are_usage_errors():
     unknown = launch("--num_proceses=2", layout=None)
-    assert unknown.returncode == 2 and "unknown option --num_proceses" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown option --num_proceses; did you mean --num_processes?" in unknown.stderr
+    key = launch("--trainer.max_train_step=2", layout=None)
+    assert key.returncode == 2 and "Did you mean 'trainer.max_train_steps'?" in key.stderr
+    valueless = launch("--run_id", "--dry-run", layout=None)
+    assert valueless.returncode == 2 and "--run_id needs a value: --run_id=VALUE" in valueless.stderr
+    slash = launch("--run_id=a/b", layout=None)
+    assert slash.returncode == 2 and "--run_id=a/b: use letters, digits" in slash.stderr
     bad_int = launch("--max_train_steps=ten", layout=None)
     assert bad_int.returncode == 2 and "--max_train_steps=ten: expected a positive integer" in bad_int.stderr
     helped = launch("--help", layout=None)
@@ -180,8 +222,8 @@ def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skelet
     entry = tmp_path / "failing_train.py"
     entry.write_text("import sys\nprint('fake trainer ran with', sys.argv[1:])\nsys.exit(3)\n")
     runs = tmp_path / "runs"
-    result = launch(f"--base_model={model_skeleton}", f"--data_root_dir={data_skeleton}", f"--run_root_dir={runs}",
-                    "--run_id=failing", layout=None, env={"DIT4DIT_TRAIN_ENTRY": str(entry)}, timeout=300)
+    result = launch(f"--base_model={model_skeleton}", f"--data_root_dir={data_skeleton}", "--data_mix=robotwin_task1",
+                    f"--run_root_dir={runs}", "--run_id=failing", layout=None, env={"DIT4DIT_TRAIN_ENTRY": str(entry)}, timeout=300)
     # accelerate launch reports any rank's failure as its own non-zero status; tee's 0 must not replace it.
     assert result.returncode == 1, result.stderr[-2000:]
     assert "training failed (exit code 1" in result.stderr
@@ -190,16 +232,137 @@ def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skelet
     assert "exitcode: 3" in log and log.rstrip().endswith("=== exit code 1")
 
 
-@pytest.mark.skipif(not (ROOT / "DiT4DiT/training/train.py").exists(), reason="the trainer is not written yet")
 def test_cpu_host_really_trains_the_tiny_config(tmp_path, request):
     model = request.getfixturevalue("tiny_pipeline_dir")
     data = request.getfixturevalue("tiny_robotwin_root")
     runs = tmp_path / "runs"
     result = launch("--max_train_steps=3", "--trainer.save_interval=3", "--trainer.num_warmup_steps=1", f"--base_model={model}", f"--data_root_dir={data}",
-                    f"--run_root_dir={runs}", "--run_id=tiny", layout=None, timeout=900)
-    run_dir = runs / "tiny"
+                    f"--run_root_dir={runs}", "--run_id=20250101", "--seed=7", layout=None, timeout=900)
+    run_dir = runs / "20250101"  # a numeric run_id stays a string all the way to the run dir
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert (run_dir / "train.log").read_text().rstrip().endswith("=== exit code 0")
-    assert (run_dir / "config.yaml").is_file()
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.run_id == "20250101" and saved.seed == 7  # a top-level key passed through
     assert (run_dir / "final_model" / "pytorch_model.pt").is_file()
 
+
+
+@pytest.mark.parametrize("per_node, status", [(16, 0), (17, 2)])
+def test_device_check_is_per_node_and_accelerate_gets_the_total(per_node, status, npu_ready):
+    args, env = npu_ready
+    torch_npu_env = {**env, "PYTHONPATH": str(ROOT / "tests" / "fakes" / "torch_npu")}  # preflight finds torch_npu
+    result = launch("--dry-run", f"--num_processes={per_node}", "--num_machines=2", "--machine_rank=1",
+                    "--main_process_ip=10.0.0.1", *args, layout="a3", env=torch_npu_env)
+    assert result.returncode == status, result.stderr
+    assert "nodes: 2 (this is machine 1)" in result.stdout
+    command = result.stdout.split("command (in", 1)[1].splitlines()[1]
+    assert (f"--num_processes {2 * per_node} --num_machines 2 --machine_rank 1 --main_process_ip 10.0.0.1 "
+            "--main_process_port 29500") in command
+    if status:
+        assert f"--num_processes={per_node} per node but only 16 NPU devices are visible on this node" in result.stderr
+
+
+def test_scheduler_variables_set_the_nodes_and_options_win(npu_ready):
+    args, env = npu_ready
+    scheduler = {**env, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "6000", "NNODES": "4", "NODE_RANK": "3"}
+    out = launch("--dry-run", *args, layout="a3", env=scheduler).stdout
+    assert "--num_machines 4 --machine_rank 3 --main_process_ip 10.0.0.7 --main_process_port 6000" in out
+    assert values(out)["main_process_ip"] == "10.0.0.7  (MASTER_ADDR)"
+    slurm = {**env, "SLURM_NNODES": "2", "SLURM_NODEID": "1", "MASTER_ADDR": "10.0.0.7"}
+    out = launch("--dry-run", "--main_process_port=7000", *args, layout="a3", env=slurm).stdout
+    assert "--num_machines 2 --machine_rank 1 --main_process_ip 10.0.0.7 --main_process_port 7000" in out
+    assert values(out)["machine_rank"] == "1  (SLURM_NODEID)"
+    no_ip = launch("--dry-run", "--num_machines=2", *args, layout="a3", env=env)
+    assert no_ip.returncode == 2 and "2 machines need the address of machine 0: --main_process_ip=IP" in no_ip.stderr
+    bad_rank = launch("--dry-run", "--num_machines=2", "--machine_rank=2", "--main_process_ip=h", layout=None)
+    assert bad_rank.returncode == 2 and "machine_rank=2 (option --machine_rank): expected 0 to 1" in bad_rank.stderr
+
+
+def test_network_interface_sets_gloo_and_hccl(npu_ready):
+    args, env = npu_ready
+    out = launch("--dry-run", "--net_if=lo", *args, layout="a3", env=env).stdout
+    variables = env_lines(out)
+    assert variables["GLOO_SOCKET_IFNAME"] == "lo" and variables["HCCL_SOCKET_IFNAME"] == "lo"
+    assert variables["HCCL_IF_IP"] == "127.0.0.1"
+    cpu = launch("--dry-run", layout=None, env={"DIT4DIT_NET_IF": "lo"}).stdout
+    assert env_lines(cpu)["GLOO_SOCKET_IFNAME"] == "lo" and "HCCL_SOCKET_IFNAME" not in env_lines(cpu)
+    missing = launch("--dry-run", "--net_if=nosuch0", layout=None)
+    assert missing.returncode == 2 and "network interface nosuch0 (option --net_if) does not exist here" in missing.stderr
+
+
+def test_npu_signs_without_npu_smi_are_refused_not_run_on_cpu():
+    fake_torch_npu = {"PYTHONPATH": str(ROOT / "tests" / "fakes" / "torch_npu")}
+    result = launch("--dry-run", layout=None, env=fake_torch_npu)
+    assert result.returncode == 2
+    assert "npu-smi is missing or lists no device (torch_npu is installed): make `npu-smi info` work here" in result.stderr
+    assert "or pass --device=cpu" in result.stderr
+    broken = launch("--dry-run", layout="broken", env=fake_torch_npu)  # npu-smi present but failing
+    assert broken.returncode == 2 and "npu-smi is missing or lists no device" in broken.stderr
+
+
+def test_device_option_overrides_the_detection(npu_ready):
+    args, env = npu_ready
+    cpu = launch("--dry-run", "--device=cpu", layout="a3", env=env)
+    assert "host: cpu" in cpu.stdout and "detected: --device=cpu" in cpu.stdout
+    assert "--config_file DiT4DiT/config/deepseeds/cpu.yaml --num_processes 1" in cpu.stdout
+    assert "TASK_QUEUE_ENABLE" not in env_lines(cpu.stdout)
+    cuda = launch("--dry-run", "--device=cuda", *args, layout=None, env=env)
+    assert "host: cuda (0 of 0 devices visible); Ascend environment skipped" in cuda.stdout
+    assert "--config_file DiT4DiT/config/deepseeds/deepspeed_zero2.yaml" in cuda.stdout
+    assert "--config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml" in cuda.stdout
+    assert set(env_lines(cuda.stdout)) == {"WANDB_MODE", "PYTHONPATH"}
+    assert cuda.returncode == 2 and "no CUDA device: torch sees no CUDA device" in cuda.stderr
+    bad = launch("--device=tpu", layout=None)
+    assert bad.returncode == 2 and "--device=tpu: expected npu, cuda or cpu" in bad.stderr
+
+
+def test_relative_paths_are_the_callers_for_options_and_path_keys(tmp_path):
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    result = subprocess.run(["bash", str(LAUNCHER), "--dry-run", "--base_model=m", "--datasets.vla_data.cache_dir=c",
+                             "--run_root_dir=r"], cwd=cwd, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHON": sys.executable, "PATH": host_path()})
+    assert forwarded(result.stdout) == [f"--framework.cosmos25.base_model={cwd}/m", f"--datasets.vla_data.cache_dir={cwd}/c",
+                                        f"--run_root_dir={cwd}/r"]
+    assert f"log: {cwd}/r/dit4dit_tiny/train.log" in result.stdout
+
+
+def test_python_older_than_3_10_is_refused():
+    from DiT4DiT.tools.host_kind import python_problem
+
+    assert python_problem((3, 9, 18)) == ("Python 3.9.18 is too old: this project needs Python 3.10 or 3.11 "
+                                          "(PYTHON=/path/to/python3.10)")
+    assert python_problem((3, 10, 0)) == "" and python_problem((3, 11, 7)) == ""
+
+
+def test_sigterm_reaches_the_trainer_and_the_launcher_waits_and_logs(tmp_path, model_skeleton, data_skeleton):
+    entry = tmp_path / "slow_train.py"
+    marks = tmp_path / "marks"
+    entry.write_text(f"""import pathlib, signal, sys, time
+marks = pathlib.Path({str(marks)!r})
+def on_term(signum, frame):
+    (marks / "got_sigterm").touch()
+    time.sleep(3)  # a save in progress
+    (marks / "saved").touch()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+marks.mkdir()
+(marks / "started").touch()
+time.sleep(120)
+""")
+    runs = tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "DIT4DIT_"))}
+    env.update(PYTHON=sys.executable, PATH=host_path(), DIT4DIT_TRAIN_ENTRY=str(entry))
+    proc = subprocess.Popen(["bash", str(LAUNCHER), f"--base_model={model_skeleton}", f"--data_root_dir={data_skeleton}",
+                             "--data_mix=robotwin_task1", f"--run_root_dir={runs}", "--run_id=sig"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (marks / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (marks / "started").exists(), proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert (marks / "got_sigterm").exists() and (marks / "saved").exists()  # the launcher waited for the save
+    log = (runs / "sig" / "train.log").read_text()
+    assert log.rstrip().endswith(f"=== exit code {proc.returncode} (after SIGTERM, forwarded to the training process group)")
+    assert "training failed" in stderr or proc.returncode == 0

@@ -23,7 +23,7 @@ TRAIN = "DiT4DiT/training/train.py"
 # Runs a script as __main__ and writes what the ported code did: the device types of the enabled autocasts,
 # the `fused` argument of every AdamW, whether transfer_to_npu was imported, and the fake patcher's calls.
 DRIVER = '''
-import collections, json, runpy, sys
+import collections, json, logging, runpy, sys
 import torch
 
 report = {"autocast": collections.Counter(), "adamw_fused": []}
@@ -52,6 +52,8 @@ except SystemExit as stop:
     report["exit"] = stop.code
 finally:
     report["transfer_to_npu"] = "torch_npu.contrib.transfer_to_npu" in sys.modules
+    root = logging.getLogger()
+    report["root_logging"] = [logging.getLevelName(root.level), len(root.handlers)]
     patcher = sys.modules.get("mx_driving.patcher")
     report["patcher_calls"] = None if patcher is None else patcher.CALLS
     with open(out, "w") as handle:
@@ -96,32 +98,61 @@ def test_patch_touches_only_the_two_device_files():
     assert files == [TRAIN, "DiT4DiT/model/framework/DiT4DiT.py"]
 
 
-@pytest.mark.parametrize("fake, calls", [
-    (MX_V2, ["Patcher()", "Patcher.apply()"]),
-    (MX_V1, ["PatcherBuilder.build", "enter", "apply()", "exit"]),
+LEAN_V2 = ["default_patcher.disable(tensor_index,batch_matmul)", "default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat)"]
+LEAN_V1 = ["default_patcher_builder.disable_patches(index,batch_matmul)", "default_patcher_builder.build", "enter",
+           "apply(msda,numpy_type)", "exit"]
+
+
+@pytest.mark.parametrize("fake, mode, calls", [
+    (MX_V2, None, LEAN_V2),
+    (MX_V2, "lean", LEAN_V2),
+    (MX_V2, "default", ["default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat,TensorIndex,BatchMatmul)"]),
+    (MX_V1, None, LEAN_V1),
+    (MX_V1, "default", ["default_patcher_builder.build", "enter", "apply(msda,numpy_type,index,batch_matmul)", "exit"]),
 ])
-def test_fixture_entry_with_torch_npu_and_either_patcher_api(tmp_path, ported_fixture, fake, calls):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "3")
+def test_fixture_entry_with_torch_npu_and_either_patcher_api(tmp_path, ported_fixture, fake, mode, calls):
+    env = {"DIT4DIT_MX_PATCHER": mode} if mode else {}
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "3", env=env)
     assert report["exit"] == 0, result.stderr
     assert report["transfer_to_npu"]
     assert report["autocast"] == {"npu": 3 * 3 + 2}  # train step + 2 in forward per step, 2 in predict_action
     assert report["adamw_fused"] == [True]
-    assert report["patcher_calls"] == calls  # one empty patcher, entered (and, with 1.0, exited) once
+    assert report["patcher_calls"] == calls  # the default patcher, entered (and, with 1.0, exited) once
     assert "RuntimeWarning" not in result.stderr
+    # mx_driving's import-time logging.basicConfig(INFO) is undone: the root logger is as Python left it.
+    assert report["root_logging"] == ["WARNING", 0]
 
 
 def test_patcher_is_exited_when_training_fails(tmp_path, ported_fixture):
     report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V1], "--steps", "not-a-number")
     assert report["exit"] == 2 and "invalid int value" in result.stderr
-    assert report["patcher_calls"] == ["PatcherBuilder.build", "enter", "apply()", "exit(SystemExit)"]
+    assert report["patcher_calls"] == LEAN_V1[:-1] + ["exit(SystemExit)"]
 
 
-def test_environment_variable_turns_the_patcher_off(tmp_path, ported_fixture):
-    report, result = run_patched(
-        tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2", env={"DIT4DIT_DISABLE_MX_PATCHER": "1"}
-    )
-    assert report["exit"] == 0 and report["patcher_calls"] is None
-    assert result.stderr.count("RuntimeWarning: DIT4DIT_DISABLE_MX_PATCHER=1: training without the mx_driving patcher") == 1
+@pytest.mark.parametrize("fake", [MX_V1, MX_V2])
+def test_a_patcher_that_fails_to_apply_is_a_warning(tmp_path, ported_fixture, fake):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "2",
+                                 env={"FAKE_MX_DRIVING_APPLY_ERROR": "1"})
+    assert report["exit"] == 0, result.stderr
+    assert report["autocast"] == {"npu": 2 * 3 + 2}
+    warning = "RuntimeWarning: the mx_driving patcher (lean) failed to apply (RuntimeError('fake patch failure')); training without it"
+    assert result.stderr.count(warning) == 1
+    assert not any(call.startswith(("apply", "default_patcher.apply", "exit")) for call in report["patcher_calls"])
+
+
+@pytest.mark.parametrize("env", [{"DIT4DIT_MX_PATCHER": "off"}, {"DIT4DIT_DISABLE_MX_PATCHER": "1"},
+                                 {"DIT4DIT_DISABLE_MX_PATCHER": "1", "DIT4DIT_MX_PATCHER": "default"}])
+def test_environment_variables_turn_the_patcher_off(tmp_path, ported_fixture, env):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2", env=env)
+    assert report["exit"] == 0 and report["patcher_calls"] is None  # mx_driving is not even imported
+    assert result.stderr.count("RuntimeWarning: mx_driving patcher off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)") == 1
+
+
+def test_an_unknown_patcher_mode_stops_before_training(tmp_path, ported_fixture):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
+                                 env={"DIT4DIT_MX_PATCHER": "fast"})
+    assert report["exit"] == "DIT4DIT_MX_PATCHER='fast': expected one of lean, default, off"
+    assert report["autocast"] == {} and report["patcher_calls"] is None
 
 
 def test_torch_npu_without_mx_driving_warns_and_trains(tmp_path, ported_fixture):
@@ -158,7 +189,7 @@ def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin
     # maps to NPU availability, is False): every autocast site stays off instead of warning on each step.
     assert report["autocast"] == {}
     assert report["adamw_fused"] == [True]
-    assert report["patcher_calls"] == ["Patcher()", "Patcher.apply()"]
+    assert report["patcher_calls"] == LEAN_V2
     assert "torch_npu is not importable" not in result.stderr
     records = [json.loads(line) for line in (tmp_path / "runs" / "fakes" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "total_loss" in r] == [1, 2]

@@ -2,19 +2,36 @@
 
 from pathlib import Path
 
+import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from DiT4DiT.tools.doctor import TORCH_NPU_FOR_CANN
 
 ROOT = Path(__file__).resolve().parents[1]
 NPU_ONLY = {"torch-npu", "mx-driving"}
+PYTHONS = ("3.10", "3.11")
+TARGETS = [(machine, python) for machine in ("aarch64", "x86_64") for python in PYTHONS]
+# Requires-Python of each pinned release, from PyPI's metadata as pip reports it (pip install --dry-run --report
+# --python-version 3.10/3.11 --only-binary=:all: -r requirements.txt; deepspeed, an sdist, declares none).
+# torch-npu and mx-driving declare none either; their wheels exist for cp310 and cp311 only.
+REQUIRES_PYTHON = {
+    "accelerate==1.12.0": ">=3.10", "av==17.1.0": ">=3.10", "av==18.1.0": ">=3.11", "deepspeed==0.16.9": "",
+    "diffusers==0.38.0": ">=3.10", "huggingface-hub==0.36.2": ">=3.8", "matplotlib==3.10.7": ">=3.10",
+    "mx-driving==26.2.0.post2": ">=3.10,<3.12", "numpy==2.2.6": ">=3.10", "numpy==2.4.6": ">=3.11",
+    "omegaconf==2.4.0": ">=3.10", "pandas==2.3.3": ">=3.9", "pillow==11.3.0": ">=3.9", "pyarrow==25.0.1": ">=3.10",
+    "pyarrow==26.0.1": ">=3.11", "pytest==9.0.3": ">=3.10", "pyyaml==6.0.3": ">=3.8", "safetensors==0.8.0": ">=3.10",
+    "tokenizers==0.22.2": ">=3.9", "torch==2.7.1": ">=3.9", "torch-npu==2.7.1.post4": ">=3.10,<3.12",
+    "torchvision==0.22.1": ">=3.9", "tqdm==4.67.1": ">=3.7", "transformers==4.57.6": ">=3.9", "wandb==0.31.0": ">=3.10",
+}
 
 
-def read_pins(path: Path, machine: str) -> dict[str, str]:
-    """name -> pinned version for one CPU architecture; fails on anything that is not an exact pin."""
-    env = {**default_environment(), "platform_machine": machine}
+def read_pins(path: Path, machine: str, python: str = "3.11") -> dict[str, str]:
+    """name -> pinned version for one CPU architecture and Python; fails on anything that is not an exact pin."""
+    env = {**default_environment(), "platform_machine": machine, "python_version": python,
+           "python_full_version": f"{python}.0"}
     pins: dict[str, str] = {}
     for raw in path.read_text().splitlines():
         line = raw.split(" #")[0].strip()
@@ -31,16 +48,16 @@ def read_pins(path: Path, machine: str) -> dict[str, str]:
     return pins
 
 
-def test_shared_pins_are_identical_on_both_architectures():
-    for machine in ("aarch64", "x86_64"):
-        cpu = read_pins(ROOT / "requirements.txt", machine)
-        npu = read_pins(ROOT / "requirements-npu.txt", machine)
-        assert not NPU_ONLY & cpu.keys(), "torch_npu / mx-driving break `import torch` without CANN"
-        assert NPU_ONLY <= npu.keys()
-        assert cpu.keys() == npu.keys() - NPU_ONLY, f"packages differ: {sorted(cpu.keys() ^ (npu.keys() - NPU_ONLY))}"
-        for name, version in cpu.items():
-            # The NPU file may only add a local build tag (+cpu: torch_npu needs the CPU build of torch).
-            assert npu[name].split("+")[0] == version, f"{name}: requirements.txt {version} vs requirements-npu.txt {npu[name]}"
+@pytest.mark.parametrize("machine, python", TARGETS)
+def test_shared_pins_are_identical_on_both_architectures_and_pythons(machine, python):
+    cpu = read_pins(ROOT / "requirements.txt", machine, python)
+    npu = read_pins(ROOT / "requirements-npu.txt", machine, python)
+    assert not NPU_ONLY & cpu.keys(), "torch_npu / mx-driving break `import torch` without CANN"
+    assert NPU_ONLY <= npu.keys()
+    assert cpu.keys() == npu.keys() - NPU_ONLY, f"packages differ: {sorted(cpu.keys() ^ (npu.keys() - NPU_ONLY))}"
+    for name, version in cpu.items():
+        # The NPU file may only add a local build tag (+cpu: torch_npu needs the CPU build of torch).
+        assert npu[name].split("+")[0] == version, f"{name}: requirements.txt {version} vs requirements-npu.txt {npu[name]}"
 
 
 def test_npu_stack_is_the_ascend_target():
@@ -54,3 +71,17 @@ def test_npu_stack_is_the_ascend_target():
         assert aarch64[name] == version, name
     # The doctor's compatibility table must say this torch_npu is the CANN 9.0.0 build.
     assert TORCH_NPU_FOR_CANN[aarch64["torch-npu"]] == "9.0.0"
+
+
+@pytest.mark.parametrize("machine, python", TARGETS)
+@pytest.mark.parametrize("name", ["requirements.txt", "requirements-npu.txt"])
+def test_every_pin_installs_on_python_3_10_and_3_11(name, machine, python):
+    for package, version in read_pins(ROOT / name, machine, python).items():
+        pin = f"{package}=={version.split('+')[0]}"
+        assert pin in REQUIRES_PYTHON, f"{name}: add the Requires-Python of {pin} to REQUIRES_PYTHON"
+        assert python in SpecifierSet(REQUIRES_PYTHON[pin]), f"{name}: {pin} needs Python {REQUIRES_PYTHON[pin]}, not {python}"
+
+
+def test_python_3_10_gets_the_older_releases():
+    pins = read_pins(ROOT / "requirements.txt", "x86_64", "3.10")
+    assert (pins["av"], pins["numpy"], pins["pyarrow"]) == ("17.1.0", "2.2.6", "25.0.1")

@@ -1,12 +1,14 @@
 """Is this machine ready to train? One line per check: PASS, WARN, FAIL (each with its fix) or SKIP.
 
-    python -m DiT4DiT.tools.doctor [--num_processes N] [--base_model DIR] [--config_yaml FILE] [--soc a2|a3]
+    python -m DiT4DiT.tools.doctor [--num_processes N] [--num_machines M] [--base_model DIR] [--config_yaml FILE]
+                                   [--soc a2|a3]
 
 Run it in the shell you will launch from (after `source .../set_env.sh`). The exit status is 1 when a check
 FAILs. On a host where npu-smi lists no device, the NPU checks are SKIPped (this is how CPU smoke runs and
 CI look); they FAIL only when the host is meant to be an NPU host but cannot be one: torch_npu installed
-with no NPU visible. `--num_processes` is checked against the visible NPUs; on a CPU host it is the number
-of CPU processes and is not limited.
+with no NPU visible. `--num_processes` (per node) is checked against this node's visible NPUs; on a CPU host
+it is the number of CPU processes and is not limited. With `--num_machines`, run the doctor on every node: the
+device checks are this node's, the memory estimate counts every process of the job.
 
 Nothing here imports torch, torch_npu or mx_driving into this process: with torch_npu installed,
 `import torch` fails until CANN is sourced, and importing mx_driving applies transfer_to_npu globally.
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.facts import download_command
-from DiT4DiT.tools import folder_checks, npu_topology
+from DiT4DiT.tools import folder_checks, host_kind, npu_topology
 from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 
 TORCH_VERSION = "2.7.1"
@@ -50,9 +52,11 @@ import json, torch, torch_npu
 from torch_npu.utils import get_cann_version
 print(json.dumps({"cann": get_cann_version(), "devices": torch.npu.device_count()}))
 """
-_MX_DRIVING_PROBE = """
+# API 1.0 exports a Patcher too (a context manager without `add`), so the generation is told by `add`.
+MX_DRIVING_PROBE = """
 import json, mx_driving.patcher as p
-print(json.dumps([n for n in ("Patcher", "default_patcher_builder") if hasattr(p, n)]))
+print(json.dumps({"has_add": hasattr(getattr(p, "Patcher", None), "add"),
+                  "builder": hasattr(p, "default_patcher_builder")}))
 """
 
 
@@ -101,11 +105,11 @@ def read_meminfo() -> dict[str, int]:
     return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if line.split()[1:2] and line.split()[1].isdigit()}
 
 
-def patcher_api(names: list[str]) -> str | None:
-    """mx_driving patcher generation from the names `mx_driving.patcher` exports (2.0 wheels keep a 1.0 shim)."""
-    if "Patcher" in names:
+def patcher_api(has_add: bool, builder: bool) -> str | None:
+    """mx_driving patcher generation: 2.0 when `Patcher` has `add` (2.0 wheels keep the 1.0 builder as a shim)."""
+    if has_add:
         return "2.0"
-    if "default_patcher_builder" in names:
+    if builder:
         return "1.0"
     return None
 
@@ -140,7 +144,8 @@ class Doctor:
 
     def __init__(self, args: argparse.Namespace, env: dict[str, str]):
         self.args, self.env = args, env
-        self.topo = npu_topology.read_topology(args.soc)
+        self.npu_smi = npu_topology.run_npu_smi()
+        self.topo = npu_topology.read_topology(args.soc, self.npu_smi or "")
         self.npu_host = self.topo is not None
         self.torch_npu = installed_version("torch-npu")
         config_default, model_default = NPU_DEFAULTS if self.npu_host else CPU_DEFAULTS
@@ -149,6 +154,7 @@ class Doctor:
         cfg_model = self.cfg.framework.cosmos25.base_model if self.cfg is not None else None
         self.base_model = Path(args.base_model or cfg_model or model_default)
         self.num_processes = args.num_processes or (len(self.topo.visible) if self.topo else 1)
+        self.num_machines = args.num_machines
         self._probe: tuple[dict | None, str] | None = None
 
     def _load_config(self):
@@ -167,6 +173,24 @@ class Doctor:
     def skip_without_npu(self, name: str) -> Check | None:
         return None if self.npu_host else Check(name, "SKIP", "no NPU on this host")
 
+    def check_python(self) -> Check:
+        version = ".".join(map(str, sys.version_info[:3]))
+        problem = host_kind.python_problem(sys.version_info)
+        if problem:
+            return Check("python", "FAIL", problem, "create the environment with Python 3.10 or 3.11")
+        return Check("python", "PASS", f"Python {version} ({sys.executable})")
+
+    def check_nodes(self) -> Check:
+        per_node = f"{self.num_processes} process(es) per node"
+        if self.num_machines == 1:
+            return Check("nodes", "PASS", f"1 node, {per_node}")
+        return Check("nodes", "PASS", f"{self.num_machines} nodes x {per_node} = {self.world_size} processes; the "
+                     "checks here are this node's: run the doctor on every node, with the run dir on a shared filesystem")
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes * self.num_machines
+
     def check_devices(self) -> Check:
         name = "npu_devices"
         if self.topo is None:
@@ -179,7 +203,7 @@ class Doctor:
         if "ASCEND_RT_VISIBLE_DEVICES" in self.env:
             where += f", ASCEND_RT_VISIBLE_DEVICES={self.env['ASCEND_RT_VISIBLE_DEVICES']}"
         if self.num_processes > visible:
-            return Check(name, "FAIL", f"--num_processes {self.num_processes} but {where}",
+            return Check(name, "FAIL", f"--num_processes {self.num_processes} per node but {where} on this node",
                          f"use --num_processes={visible} or fewer (an Atlas 800T A3 node has 16 devices, an A2 node 8)")
         unhealthy = [f"NPU {c.npu} chip {c.chip}: {c.health}" for c in self.topo.visible if c.health != "OK"]
         if unhealthy:
@@ -277,16 +301,30 @@ class Doctor:
                          "pip install mx-driving==26.2.0.post2")
         if not self.npu_host or not (self.env.get("ASCEND_HOME_PATH") or self.env.get("ASCEND_TOOLKIT_HOME")):
             return Check(name, "SKIP", f"mx-driving {version} installed; importing it needs NPUs and CANN sourced")
-        names, error = run_probe(_MX_DRIVING_PROBE)
-        if names is None:
+        found, error = run_probe(MX_DRIVING_PROBE)
+        if found is None:
             return Check(name, "FAIL", f"mx-driving {version}: `import mx_driving.patcher` fails: {error}",
                          "source CANN; put torch/lib on LD_LIBRARY_PATH (scripts/train_8p.sh does)")
-        api = patcher_api(names)
+        api = patcher_api(found["has_add"], found["builder"])
         if api is None:
             return Check(name, "FAIL", f"mx-driving {version}: patcher has neither Patcher nor default_patcher_builder",
                          "pip install mx-driving==26.2.0.post2")
-        usage = "Patcher().add(...).apply()" if api == "2.0" else "`with default_patcher_builder.build()`"
-        return Check(name, "PASS", f"mx-driving {version}: patcher API {api} ({usage}); the NPU patch handles both")
+        usage = "default_patcher" if api == "2.0" else "default_patcher_builder"
+        mode = self.env.get("DIT4DIT_MX_PATCHER", "lean")
+        return Check(name, "PASS", f"mx-driving {version}: patcher API {api} ({usage}); the NPU patch handles both "
+                     f"(DIT4DIT_MX_PATCHER={mode})")
+
+    def check_npu_processes(self) -> Check:
+        name = "npu_processes"
+        if skip := self.skip_without_npu(name):
+            return skip
+        visible = {(c.npu, c.chip) for c in self.topo.visible}
+        holding = [p for p in npu_topology.parse_npu_processes(self.npu_smi or "") if (p.npu, p.chip) in visible]
+        if not holding:
+            return Check(name, "PASS", "no process holds a visible NPU")
+        listed = ", ".join(f"pid {p.pid} {p.name} on NPU {p.npu} chip {p.chip} ({p.memory_mb} MB)" for p in holding)
+        return Check(name, "WARN", f"{len(holding)} process(es) still hold NPUs: {listed}",
+                     "stop them (a crashed run leaves ranks behind: kill <pid>) or use other devices")
 
     def check_hccl(self) -> Check:
         name = "hccl_env"
@@ -317,7 +355,7 @@ class Doctor:
         if self.cfg is None or folder_checks.base_model_problems(self.base_model):
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         views = mixture_views(self.cfg.datasets.vla_data.data_mix)
-        est = estimate_training_memory(self.base_model, self.cfg, self.num_processes, views)
+        est = estimate_training_memory(self.base_model, self.cfg, self.world_size, views)
         if est is None:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
         need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "
@@ -379,20 +417,24 @@ class Doctor:
         return Check(name, "PASS", f"{detail} <= {available / GIB:.0f} GiB available")
 
     def run(self) -> list[Check]:
-        return [self.check_devices(), self.check_soc(), self.check_cann(), self.check_versions(), self.check_libraries(),
-                self.check_mx_driving(), self.check_hccl(), self.check_config(), self.check_base_model(), self.check_memory(),
-                self.check_prompt_store(), self.check_host_memory()]
+        return [self.check_python(), self.check_nodes(), self.check_devices(), self.check_npu_processes(), self.check_soc(),
+                self.check_cann(), self.check_versions(), self.check_libraries(), self.check_mx_driving(), self.check_hccl(),
+                self.check_config(), self.check_base_model(), self.check_memory(), self.check_prompt_store(),
+                self.check_host_memory()]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.tools.doctor", description=__doc__.split("\n")[0])
-    parser.add_argument("--num_processes", type=int, help="processes you will launch (default: visible NPUs, or 1)")
+    parser.add_argument("--num_processes", type=int, help="processes per node (default: visible NPUs, or 1)")
+    parser.add_argument("--num_machines", type=int, default=1, help="nodes of the job (default 1)")
     parser.add_argument("--base_model", help="Cosmos-Predict2.5 snapshot folder (default: the config's)")
     parser.add_argument("--config_yaml", help=f"training config (default: {NPU_DEFAULTS[0]}, CPU host: {CPU_DEFAULTS[0]})")
     parser.add_argument("--soc", choices=npu_topology.SOCS, help=f"override A2/A3 detection (also {npu_topology.SOC_ENV})")
     args = parser.parse_args(argv)
     if args.num_processes is not None and args.num_processes < 1:
         parser.error("--num_processes must be at least 1")
+    if args.num_machines < 1:
+        parser.error("--num_machines must be at least 1")
     try:
         checks = Doctor(args, dict(os.environ)).run()
     except ValueError as err:  # a bad DIT4DIT_SOC

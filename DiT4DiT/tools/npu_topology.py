@@ -91,6 +91,29 @@ def parse_npu_smi(text: str) -> list[Chip]:
     return chips
 
 
+@dataclass(frozen=True)
+class NpuProcess:
+    npu: int
+    chip: int
+    pid: int
+    name: str
+    memory_mb: int | None
+
+
+def parse_npu_processes(text: str) -> list[NpuProcess]:
+    """The process table of `npu-smi info`: `| <npu> <chip> | <pid> | <name> | <memory MB> |` rows."""
+    processes = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4:
+            continue
+        ids, pid = cells[0].split(), cells[1]
+        if len(ids) == 2 and all(i.isdigit() for i in ids) and pid.isdigit():
+            memory = cells[3] if cells[3].isdigit() else None
+            processes.append(NpuProcess(int(ids[0]), int(ids[1]), int(pid), cells[2], int(memory) if memory else None))
+    return processes
+
+
 def detect_soc(chips: list[Chip] | tuple[Chip, ...]) -> str:
     """A3 when some NPU carries two chips (two dies per card), else A2."""
     per_npu = Counter(c.npu for c in chips)

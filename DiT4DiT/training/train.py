@@ -42,6 +42,7 @@ from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.rank_logging import configure_logging
+from DiT4DiT.training.shared_run_dir import check_shared_run_dir
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
 
 log = logging.getLogger("dit4dit.train")
@@ -420,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = build_accelerator(cfg)
     prefix = f"[rank {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
     try:
+        check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
         with run_dirs.claimed(accelerator, cfg):
             train(cfg, accelerator)
     except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted) as stopped:

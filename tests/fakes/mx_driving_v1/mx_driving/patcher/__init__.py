@@ -1,10 +1,14 @@
 """Fake of the 1.0 `mx_driving.patcher`: `PatcherBuilder` builds a `Patcher` context manager.
 
-As in the real 1.0 API, entering a patcher applies its module patches (the real one also sets
-`torch.npu.config.allow_internal_format`) and exiting does nothing. `CALLS` records, in order,
-what was called, so tests can check that the patcher was entered and exited exactly once and
-that `default_patcher_builder` (mmcv/mmdet and global torch patches) was not used.
+As in the real 1.0 API, `Patcher` has no `add`; entering a patcher applies its module patches
+except the disabled ones (the real one also sets `torch.npu.config.allow_internal_format`), and
+exiting does nothing. `default_patcher_builder` holds the default patches by their 1.0 names: the
+global torch ones (`index`, `batch_matmul`) and stand-ins for the mmcv / numpy ones. `CALLS`
+records, in order, what was called. FAKE_MX_DRIVING_APPLY_ERROR=1 makes apply() raise, as a
+patch that meets an incompatible library would.
 """
+
+import os
 
 CALLS: list[str] = []
 
@@ -23,7 +27,9 @@ class Patcher:
         self.blacklist = blacklist
 
     def apply(self):
-        names = [patch.name for patches in self.module_patches.values() for patch in patches]
+        if os.environ.get("FAKE_MX_DRIVING_APPLY_ERROR") == "1":
+            raise RuntimeError("fake patch failure")
+        names = [p.name for patches in self.module_patches.values() for p in patches if p.name not in self.blacklist]
         CALLS.append(f"apply({','.join(names)})")
 
     def __enter__(self):
@@ -45,6 +51,7 @@ class PatcherBuilder:
         return self
 
     def disable_patches(self, *patch_names):
+        CALLS.append(f"{self.name}.disable_patches({','.join(patch_names)})")
         self.blacklist.update(patch_names)
         return self
 
@@ -53,10 +60,25 @@ class PatcherBuilder:
         return Patcher(self.module_patches, self.blacklist, allow_internal_format)
 
 
-def _global_torch_patch(module, options):
-    """Stands for the default builder's torch index / batch_matmul patches."""
+def msda(module, options):
+    """Stands for the mmcv MultiScaleDeformableAttention patch."""
 
 
-default_patcher_builder = PatcherBuilder("default_patcher_builder").add_module_patch(
-    "torch", Patch(_global_torch_patch)
+def numpy_type(module, options):
+    """Stands for the numpy alias patch."""
+
+
+def index(module, options):
+    """Stands for the global torch indexing patch."""
+
+
+def batch_matmul(module, options):
+    """Stands for the global torch.matmul patch."""
+
+
+default_patcher_builder = (
+    PatcherBuilder("default_patcher_builder")
+    .add_module_patch("mmcv", Patch(msda))
+    .add_module_patch("numpy", Patch(numpy_type))
+    .add_module_patch("torch", Patch(index), Patch(batch_matmul))
 )

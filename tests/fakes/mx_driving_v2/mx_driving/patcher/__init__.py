@@ -1,18 +1,47 @@
-"""Fake of the 2.0 `mx_driving.patcher`: `Patcher().add(...).apply()`.
+"""Fake of the 2.0 `mx_driving.patcher`: `Patcher().add(...).disable(...).apply()`.
 
-As in the real 2.0 API, `apply()` installs the added patch classes for the rest of the process,
-entering a Patcher applies it and exiting does nothing; `default_patcher` (global torch.matmul and
-Tensor.__getitem__ patches) and the legacy 1.0 names are exported too. `CALLS` records, in order,
-what was called, so tests can check that one empty Patcher was applied once and nothing else.
+As in the real 2.0 API (26.2.0.post2 wheel), patches are classes with a `name`; `disable` takes
+names or classes; `apply()` installs the enabled ones for the rest of the process, entering a
+Patcher applies it and exiting does nothing. `default_patcher` holds the global torch patches
+(TensorIndex, BatchMatmul) and stand-ins for the mmcv / numpy ones; the legacy 1.0 names are
+exported too. `CALLS` records, in order, what was called. FAKE_MX_DRIVING_APPLY_ERROR=1 makes
+apply() raise, as a patch that meets an incompatible library would.
 """
 
+import os
+
 CALLS: list[str] = []
+
+
+class Patch:
+    name = "patch"
+
+
+class MultiScaleDeformableAttention(Patch):
+    name = "multi_scale_deformable_attention"
+
+
+class NumpyCompat(Patch):
+    name = "numpy_compat"
+
+
+class TensorIndex(Patch):
+    """Stands for the global Tensor.__getitem__ patch."""
+
+    name = "tensor_index"
+
+
+class BatchMatmul(Patch):
+    """Stands for the global torch.matmul patch."""
+
+    name = "batch_matmul"
 
 
 class Patcher:
     def __init__(self, name="Patcher"):
         self.name = name
         self.patches = []
+        self.blacklist = set()
         CALLS.append(f"{name}()")
 
     def add(self, *patches):
@@ -20,26 +49,27 @@ class Patcher:
         CALLS.append(f"{self.name}.add({','.join(p.__name__ for p in patches)})")
         return self
 
+    def disable(self, *names):
+        names = [n if isinstance(n, str) else n.name for n in names]
+        self.blacklist.update(names)
+        CALLS.append(f"{self.name}.disable({','.join(names)})")
+        return self
+
     def apply(self):
-        CALLS.append(f"{self.name}.apply({','.join(p.__name__ for p in self.patches)})")
+        if os.environ.get("FAKE_MX_DRIVING_APPLY_ERROR") == "1":
+            raise RuntimeError("fake patch failure")
+        enabled = [p.__name__ for p in self.patches if p.name not in self.blacklist]
+        CALLS.append(f"{self.name}.apply({','.join(enabled)})")
+        return self
 
     def __enter__(self):
-        self.apply()
-        return self
+        return self.apply()
 
     def __exit__(self, exc_type, exc_value, traceback):
         return None
 
 
-class TensorIndex:
-    """Stands for the global Tensor.__getitem__ patch of default_patcher."""
-
-
-class BatchMatmul:
-    """Stands for the global torch.matmul patch of default_patcher."""
-
-
-default_patcher = Patcher("default_patcher").add(TensorIndex, BatchMatmul)
+default_patcher = Patcher("default_patcher").add(MultiScaleDeformableAttention, NumpyCompat, TensorIndex, BatchMatmul)
 CALLS.clear()  # building default_patcher at import is not a use of it
 
 
