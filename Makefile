@@ -1,5 +1,5 @@
 # The README's two commands are `make train-tiny` and `make test`; both set up .venv on first use.
-# The package is used from this checkout (PYTHONPATH), as the original's launch scripts do.
+# The package is installed editable into .venv, so commands work without PYTHONPATH, as the README writes them.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,6 +14,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	DS_BUILD_OPS=0 $(VENV)/bin/pip install -q -r requirements.txt
+	# The package itself, editable: `accelerate launch DiT4DiT/training/train.py ...` (the README) imports it.
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
 $(TINY_MODEL)/model_index.json: | venv
