@@ -16,13 +16,13 @@ from DiT4DiT.dataloader.index import DatasetIndex, check_widths, load_index
 from DiT4DiT.dataloader.mixtures import MixtureEntry, resolve_mixture
 from DiT4DiT.dataloader.reader import DatasetLayout
 from DiT4DiT.dataloader.statistics import concat_statistics, merge_statistics, slice_statistics, statistics_section
-from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.dataloader.transforms import Normalizer, encoded_width
 from DiT4DiT.dataloader.video import frame_decoder
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "eval")
-LAYOUT_VERSIONS = ("v2.0", "v2.1")
+LAYOUT_VERSIONS = ("v2.0", "v2.1", "v3.0")  # each folder's own meta/info.json decides how it is read
 
 
 def _sample_shape(cfg) -> SampleShape:
@@ -31,7 +31,7 @@ def _sample_shape(cfg) -> SampleShape:
         raise ConfigError(f"datasets.vla_data.dataset_py={vla.dataset_py!r}: only 'lerobot_datasets' exists")
     if vla.lerobot_version not in LAYOUT_VERSIONS:
         raise ConfigError(f"datasets.vla_data.lerobot_version={vla.lerobot_version!r}: supported layouts are "
-                          f"{list(LAYOUT_VERSIONS)}; convert v3.0 datasets to v2.1 first")
+                          f"{list(LAYOUT_VERSIONS)}")
     offsets = [int(i) for i in vla.video_delta_indices]
     ratio = int(vla.action_video_freq_ratio)
     if not offsets or ratio < 1:
@@ -65,7 +65,7 @@ def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[Mix
         raise DataError(
             f"datasets.vla_data.data_mix={data_mix}: none of its {len(entries)} datasets is under "
             f"datasets.vla_data.data_root_dir={root} (expected folders such as {', '.join(missing[:3])}); point "
-            "data_root_dir at the folder holding them (python -m DiT4DiT.tools.tiny_robotwin writes a small RoboTwin one)"
+            "data_root_dir at the folder holding them (python -m DiT4DiT.tools.tiny_dataset --data_mix NAME writes tiny ones)"
         )
     if missing:
         log.warning("data_mix %s: found %d of %d datasets under %s; skipping %d missing (e.g. %s)", data_mix,
@@ -76,7 +76,8 @@ def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[Mix
 def _check_widths_fit(config: DataConfig, steps: EpisodeSteps, shape: SampleShape) -> None:
     for group, slices, limit in (("state", steps.state_slices, shape.max_state_dim),
                                  ("action", steps.action_slices, shape.max_action_dim)):
-        width = sum(s.width for s in slices)
+        keys = config.state_keys if group == "state" else config.action_keys
+        width = encoded_width(_modes(config, keys, slices))  # sin/cos state keys take two dims each
         if width > limit:
             raise ConfigError(f"{steps.layout.root}: data config '{config.name}' gives {width}-dim {group}s, more than "
                               f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
@@ -120,12 +121,13 @@ def _tag_statistics(members: list[tuple[EpisodeSteps, DatasetIndex]]) -> tuple[d
     binary = config.binary_keys()
     mask = [k not in binary for k, s in zip(config.action_keys, first.action_slices) for _ in range(s.width)]
     entry = {
-        "action": statistics_section(action, action_modes, mask),
-        "state": statistics_section(state, state_modes),
+        "action": statistics_section(action, action_modes, mask, [s.width for s in first.action_slices]),
+        "state": statistics_section(state, state_modes, key_widths=[s.width for s in first.state_slices]),
         "num_transitions": int(sum(index.num_transitions for _, index in members)),
         "num_trajectories": int(sum(len(index.lengths) for _, index in members)),
     }
-    return entry, (Normalizer(state_modes, state), Normalizer(action_modes, action))
+    return entry, (Normalizer(state_modes, state, [s.width for s in first.state_slices]),
+                   Normalizer(action_modes, action, [s.width for s in first.action_slices]))
 
 
 def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
