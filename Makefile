@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv develop tiny-assets train-tiny test test-patched bench
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-patched bench
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ $(TINY_DATA)/.complete: | venv
 	touch $@
 
 tiny-assets: $(TINY_MODEL)/model_index.json $(TINY_DATA)/.complete
+
+# Tiny synthetic datasets for any mixture: make tiny-dataset MIX=libero_all [K=2] [VERSION=v3.0]
+tiny-dataset: | venv
+	$(PY) -m DiT4DiT.tools.tiny_dataset --data_mix $(MIX) --out playground/Datasets/$(MIX)_tiny --overwrite \
+		$(if $(K),--datasets $(K)) $(if $(VERSION),--lerobot_version $(VERSION))
 
 # The main job on the embedded tiny defaults, through the real launcher (CPU host: CPU launch configuration).
 train-tiny: tiny-assets
