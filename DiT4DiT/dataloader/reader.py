@@ -7,6 +7,7 @@ parquet and mp4 file, meta/episodes/*/*.parquet and meta/tasks.parquet). Each fo
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -247,12 +248,26 @@ def read_episode_columns(layout: DatasetLayout, episode: int, columns: list[str]
         if missing:
             raise DataError(f"{path}: episode {episode} lacks column(s) {missing} (has {schema_names}); "
                             "fix meta/modality.json original_key entries or the parquet file")
-        # A v3.0 file holds many episodes: read this one's rows only (row groups of others are skipped).
-        rows = [("episode_index", "=", episode)] if layout.version == "v3" else None
-        table = pq.read_table(path, columns=columns, filters=rows)
+        if layout.version == "v3":
+            table = _episode_rows(path, path.stat().st_mtime_ns, tuple(columns), episode)
+        else:
+            table = pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"{path}: episode {episode} parquet cannot be read ({exc}); regenerate the file") from exc
     return {c: _column_array(table, c, path) for c in columns}
+
+
+@functools.lru_cache(maxsize=2)
+def _v3_file(path: Path, mtime_ns: int, columns: tuple[str, ...]) -> tuple[pa.Table, np.ndarray]:
+    """A v3.0 data file's columns and episode of each row. Episodes are read in order when indexing, so keeping
+    the last files makes a pass over E episodes read each file once, not E times."""
+    table = pq.read_table(path, columns=[*columns, "episode_index"])
+    return table, table.column("episode_index").to_numpy()
+
+
+def _episode_rows(path: Path, mtime_ns: int, columns: tuple[str, ...], episode: int) -> pa.Table:
+    table, episodes = _v3_file(path, mtime_ns, columns)
+    return table.take(pa.array(np.flatnonzero(episodes == episode))).select(list(columns))
 
 
 class EpisodeCache:
