@@ -1,12 +1,12 @@
 # The README's two commands are `make train-tiny` and `make test`; both set up .venv on first use.
-# The package is used from this checkout (PYTHONPATH), as the original's launch scripts do.
+# The checkout is on .venv's path (make develop), so commands work without PYTHONPATH, as the README writes them.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv tiny-assets train-tiny test test-patched bench
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-patched bench
 
 venv: $(VENV)/.installed
 
@@ -14,7 +14,13 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	DS_BUILD_OPS=0 $(VENV)/bin/pip install -q -r requirements.txt
+	$(MAKE) develop
 	touch $@
+
+# Puts this checkout on the environment's path (a .pth file; offline, no build backend): `accelerate launch
+# DiT4DiT/training/train.py ...`, as the README writes it, imports the package from any folder.
+develop:
+	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'dit4dit.pth').write_text('$(CURDIR)\n')"
 
 $(TINY_MODEL)/model_index.json: | venv
 	PYTHONPATH=. $(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL)
@@ -24,6 +30,11 @@ $(TINY_DATA)/.complete: | venv
 	touch $@
 
 tiny-assets: $(TINY_MODEL)/model_index.json $(TINY_DATA)/.complete
+
+# Tiny synthetic datasets for any mixture: make tiny-dataset MIX=libero_all [K=2] [VERSION=v3.0]
+tiny-dataset: | venv
+	$(PY) -m DiT4DiT.tools.tiny_dataset --data_mix $(MIX) --out playground/Datasets/$(MIX)_tiny --overwrite \
+		$(if $(K),--datasets $(K)) $(if $(VERSION),--lerobot_version $(VERSION))
 
 # The main job on the embedded tiny defaults, through the real launcher (CPU host: CPU launch configuration).
 train-tiny: tiny-assets

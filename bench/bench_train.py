@@ -38,6 +38,7 @@ def run(num_processes: int, steps: int, run_root: Path) -> dict:
         f"--trainer.max_train_steps={steps}", f"--trainer.save_interval={steps}",
         f"--trainer.logging_frequency={log_every}", f"--trainer.eval_interval={steps}",
         f"--run_root_dir={run_root}", f"--run_id=bench_{num_processes}p", "--trackers=[jsonl]",
+        f"--datasets.vla_data.cache_dir={run_root / 'cache'}",
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // num_processes)))
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)

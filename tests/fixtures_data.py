@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-PICKNPLACE = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "robot_sim.PickNPlace"
+# The trimmed copy shipped in the repository (episodes 0-2 of the GR00T demo data; tests/data/.../SOURCE.md).
+PICKNPLACE = Path(__file__).resolve().parent / "data" / "robot_sim.PickNPlace"
 TINY_TASKS = ("adjust_bottle", "place_a2b_left", "place_a2b_right")
 
 
@@ -61,7 +62,7 @@ def tiny_robotwin_root(tmp_path_factory) -> Path:
 def readonly_picknplace(tmp_path_factory) -> Path:
     """A read-only copy of robot_sim.PickNPlace; returns its parent (the data_root_dir)."""
     if not PICKNPLACE.is_dir():
-        pytest.fail(f"the shared dataset {PICKNPLACE} is missing; it ships with the project's shared/ folder")
+        pytest.fail(f"the dataset {PICKNPLACE} is missing; it ships in the repository under tests/data/")
     root = tmp_path_factory.mktemp("datasets")
     shutil.copytree(PICKNPLACE, root / PICKNPLACE.name)
     make_read_only(root)

@@ -33,13 +33,14 @@ def test_loads_read_only_with_counts_and_language(readonly_picknplace, data_cfg,
     before = snapshot(readonly_picknplace)
     cfg = data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS)
     train, held = build_vla_dataset(cfg, split="train"), build_vla_dataset(cfg, split="eval")
-    assert train.parts[0].episodes.tolist() == [0, 1, 2, 3] and held.parts[0].episodes.tolist() == [4]
-    assert len(train.parts[0]) + len(held.parts[0]) == 2096 == sum(len(t["index"]) for t in episodes)
+    assert train.parts[0].episodes.tolist() == [0, 1] and held.parts[0].episodes.tolist() == [2]
+    assert len(train.parts[0]) + len(held.parts[0]) == 1356 == sum(len(t["index"]) for t in episodes)
     stats = train.statistics()["gr1"]
-    assert stats["num_trajectories"] == 5 and stats["num_transitions"] == 2096
-    tasks = [json.loads(line)["task"] for line in
-             (readonly_picknplace / "robot_sim.PickNPlace/meta/tasks.jsonl").read_text().splitlines()]
-    assert train.instructions() == sorted(t for t in tasks if t != "valid")
+    assert stats["num_trajectories"] == 3 and stats["num_transitions"] == 1356
+    tasks = {json.loads(line)["task_index"]: json.loads(line)["task"] for line in
+             (readonly_picknplace / "robot_sim.PickNPlace/meta/tasks.jsonl").read_text().splitlines()}
+    used = {tasks[int(i)] for t in episodes for i in t["annotation.human.action.task_description"]}
+    assert train.instructions() == sorted(used) and len(used) == 3
     assert snapshot(readonly_picknplace) == before
 
 
@@ -47,7 +48,7 @@ def test_statistics_match_an_independent_computation(readonly_picknplace, data_c
     stats = build_vla_dataset(data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS)).statistics()["gr1"]
     for group in ("state", "action"):
         values = np.concatenate([_config_order(t, group) for t in episodes])
-        assert values.shape == (2096, 26)
+        assert values.shape == (1356, 26)
         expected = {"mean": values.mean(0), "std": values.std(0), "min": values.min(0), "max": values.max(0),
                     "q01": np.quantile(values, 0.01, axis=0), "q99": np.quantile(values, 0.99, axis=0)}
         for name, value in expected.items():
@@ -58,7 +59,7 @@ def test_statistics_match_an_independent_computation(readonly_picknplace, data_c
 def test_samples_have_the_contract_shapes_and_values(readonly_picknplace, data_cfg, episodes):
     ds = build_vla_dataset(data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS))
     stats = ds.statistics()["gr1"]
-    for index in (0, 977):
+    for index in (0, 500, len(ds) - 1):
         ex = ds[index]
         assert len(ex["image"]) == 8 and ex["image"][0].shape == (3, 224, 224)
         assert ex["action"].shape == (8, 32) and ex["action_mask"][:, :26].all() and not ex["action_mask"][:, 26:].any()

@@ -68,7 +68,7 @@ def test_vl_hidden_dim_must_match_the_transformer(tiny_model_cfg):
     [
         ("framework.cosmos25.torch_dtype=float64", "torch_dtype: 'float64' is not one of bfloat16, float16, float32"),
         ("framework.cosmos25.training=both", "training: 'both' is not one of joint, action, video"),
-        ("framework.cosmos25.future_loss_type=pixel_l1", "future_loss_type='pixel_l1' is not supported"),
+        ("framework.cosmos25.future_loss_type=pixel_l2", "future_loss_type: 'pixel_l2' is not one of flow_matching"),
         ("framework.action_model.action_horizon=16", "action_horizon (16) must equal future_action_window_size + 1 (8)"),
         ("framework.action_model.diffusion_model_cfg.cross_attention_dim=64", "cross_attention_dim=64 must equal"),
         ("framework.action_model.action_dim=7", "action_dim=7 must equal datasets.vla_data.max_action_dim=14"),

@@ -121,7 +121,8 @@ SCHEMA: dict = {
             "video_backend": Key("pyav", "frame decoder: pyav or torchcodec (the original's torchvision_av, decord "
                                  "and opencv decode with pyav)", choices=VIDEO_BACKENDS, aliases=VIDEO_BACKEND_ALIASES,
                                  alias_note="is the original's decoder; frames are decoded with"),
-            "lerobot_version": Key("v2.0", "dataset layout", choices=("v2.0", "v2.1")),
+            "lerobot_version": Key("v2.0", "dataset layout (each folder's meta/info.json decides how it is read)",
+                                   choices=("v2.0", "v2.1", "v3.0")),
             "num_workers": Key(2, "DataLoader worker processes", min=0),
             "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)",
                                     min=0),

@@ -17,7 +17,7 @@ from DiT4DiT.dataloader.index import DatasetIndex, check_widths, load_index
 from DiT4DiT.dataloader.mixtures import MixtureEntry, mixture_presence, resolve_mixture
 from DiT4DiT.dataloader.reader import DatasetLayout
 from DiT4DiT.dataloader.statistics import concat_statistics, merge_statistics, slice_statistics, statistics_section
-from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.dataloader.transforms import Normalizer, encoded_width
 from DiT4DiT.dataloader.video import frame_decoder
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _check_horizon(config: DataConfig, shape: SampleShape, data_mix: str) -> Non
 def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[MixtureEntry]:
     found, missing, problem = mixture_presence(entries, root, data_mix)
     if problem:
-        raise DataError(problem + " (python -m DiT4DiT.tools.tiny_robotwin writes a small RoboTwin one)")
+        raise DataError(problem + " (python -m DiT4DiT.tools.tiny_dataset --data_mix NAME writes tiny ones)")
     if missing:
         log.warning("data_mix %s: found %d of %d datasets under %s; skipping %d missing (e.g. %s)", data_mix,
                     len(found), len(entries), root, len(missing), ", ".join(missing[:3]))
@@ -59,7 +59,8 @@ def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[Mix
 def _check_widths_fit(config: DataConfig, steps: EpisodeSteps, shape: SampleShape) -> None:
     for group, slices, limit in (("state", steps.state_slices, shape.max_state_dim),
                                  ("action", steps.action_slices, shape.max_action_dim)):
-        width = sum(s.width for s in slices)
+        keys = config.state_keys if group == "state" else config.action_keys
+        width = encoded_width(_modes(config, keys, slices))  # sin/cos state keys take two dims each
         if width > limit:
             raise ConfigError(f"{steps.layout.root}: data config '{config.name}' gives {width}-dim {group}s, more than "
                               f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
@@ -103,12 +104,13 @@ def _tag_statistics(members: list[tuple[EpisodeSteps, DatasetIndex]]) -> tuple[d
     binary = config.binary_keys()
     mask = [k not in binary for k, s in zip(config.action_keys, first.action_slices) for _ in range(s.width)]
     entry = {
-        "action": statistics_section(action, action_modes, mask),
-        "state": statistics_section(state, state_modes),
+        "action": statistics_section(action, action_modes, mask, [s.width for s in first.action_slices]),
+        "state": statistics_section(state, state_modes, key_widths=[s.width for s in first.state_slices]),
         "num_transitions": int(sum(index.num_transitions for _, index in members)),
         "num_trajectories": int(sum(len(index.lengths) for _, index in members)),
     }
-    return entry, (Normalizer(state_modes, state), Normalizer(action_modes, action))
+    return entry, (Normalizer(state_modes, state, [s.width for s in first.state_slices]),
+                   Normalizer(action_modes, action, [s.width for s in first.action_slices]))
 
 
 def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
@@ -128,7 +130,7 @@ def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
         _check_horizon(DATA_CONFIGS[entry.data_config], shape, vla.data_mix)
     if vla.data_root_dir is None:
         raise ConfigError("datasets.vla_data.data_root_dir is not set; point it at the folder holding the mixture's "
-                          "datasets (e.g. playground/Datasets/robotwin_tiny from python -m DiT4DiT.tools.tiny_robotwin)")
+                          "datasets (e.g. playground/Datasets/robotwin_tiny from python -m DiT4DiT.tools.tiny_dataset --data_mix robotwin)")
     root = Path(vla.data_root_dir).expanduser()
     cache_dir = cache_root(vla.cache_dir)
     weights, indexed = [], []

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from DiT4DiT.dataloader.reader import META_FILES, DatasetLayout
+from DiT4DiT.dataloader.reader import DatasetLayout
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,9 @@ def cache_root(configured: str | os.PathLike | None) -> Path:
 def fingerprint(layout: DatasetLayout, settings: dict) -> str:
     """Hash of the meta files, each episode parquet's name/size/mtime, and the settings that shape the result."""
     digest = hashlib.sha256()
-    for name in META_FILES:
-        digest.update(name.encode())
-        digest.update(layout.meta_path(name).read_bytes())
+    for path in layout.meta_files():
+        digest.update(str(path.relative_to(layout.root / "meta")).encode())
+        digest.update(path.read_bytes())
     for episode in sorted(layout.episodes):
         path = layout.parquet_path(episode)
         try:

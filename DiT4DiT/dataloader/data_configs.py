@@ -32,38 +32,95 @@ class DataConfig:
         return {k for k, mode in self.normalization.items() if mode == "binary" or "gripper" in k}
 
 
-def _robotwin(name: str, action_horizon: int | None) -> DataConfig:
-    # RoboTwin (aloha-agilex): two 6-joint arms and two grippers; output order [L6, R6, Lg, Rg].
-    parts = ("left_joints", "right_joints", "left_gripper", "right_gripper")
-    modes = {f"{group}.{p}": ("binary" if "gripper" in p else "min_max") for group in ("state", "action") for p in parts}
-    return DataConfig(
-        name=name,
-        video_keys=("video.cam_high", "video.cam_left_wrist", "video.cam_right_wrist"),
-        state_keys=tuple(f"state.{p}" for p in parts),
-        action_keys=tuple(f"action.{p}" for p in parts),
-        language_key="annotation.human.action.task_description",
-        normalization=modes,
-        embodiment_tag="new_embodiment",
-        action_horizon=action_horizon,
-    )
+TASK_DESCRIPTION = "annotation.human.action.task_description"
 
 
-def _fourier_gr1_arms_hands() -> DataConfig:
-    # Fourier GR1 humanoid, arms and hands only (robot_sim.PickNPlace): 7 + 7 + 6 + 6 = 26 dims.
-    parts = ("left_arm", "right_arm", "left_hand", "right_hand")
-    return DataConfig(
-        name="fourier_gr1_arms_hands",
-        video_keys=("video.ego_view",),
-        state_keys=tuple(f"state.{p}" for p in parts),
-        action_keys=tuple(f"action.{p}" for p in parts),
-        language_key="annotation.human.action.task_description",
-        normalization={f"{group}.{p}": "min_max" for group in ("state", "action") for p in parts},
-        embodiment_tag="gr1",
-    )
+def _config(name: str, *, video: tuple[str, ...], state: tuple[str, ...], action: tuple[str, ...], modes: dict[str, str],
+            tag: str, language: str = TASK_DESCRIPTION, action_horizon: int | None = None) -> DataConfig:
+    """A data config from short key names (`video.`/`state.`/`action.` added); keys without a mode stay raw,
+    as in the original, where a key missing from normalization_modes is passed through unchanged."""
+    keys = {"video": tuple(f"video.{k}" for k in video), "state": tuple(f"state.{k}" for k in state),
+            "action": tuple(f"action.{k}" for k in action)}
+    unknown = set(modes) - set(keys["state"]) - set(keys["action"])
+    if unknown:
+        raise ValueError(f"data config {name}: modes for keys it does not read: {sorted(unknown)}")
+    normalization = {k: modes.get(k, "identity") for k in keys["state"] + keys["action"]}
+    return DataConfig(name=name, video_keys=keys["video"], state_keys=keys["state"], action_keys=keys["action"],
+                      language_key=language, normalization=normalization, embodiment_tag=tag,
+                      action_horizon=action_horizon)
 
+
+def _each(prefix: str, keys: tuple[str, ...], mode: str) -> dict[str, str]:
+    return {f"{prefix}.{k}": mode for k in keys}
+
+
+# The original's data configs (its ROBOT_TYPE_CONFIG_MAP), by name: cameras, keys, language key, normalisation
+# modes and embodiment tag (its ROBOT_TYPE_TO_EMBODIMENT_TAG, new_embodiment where it has none).
+ARMS = ("left_joints", "right_joints", "left_gripper", "right_gripper")
+AGILEX_MODES = {**_each("state", ARMS[:2], "min_max"), **_each("state", ARMS[2:], "binary"),
+                **_each("action", ARMS[:2], "min_max"), **_each("action", ARMS[2:], "binary")}
+AGILEX_CAMERAS = ("cam_high", "cam_left_wrist", "cam_right_wrist")
+POSE = ("x", "y", "z", "roll", "pitch", "yaw")
+LIBERO_STATE = (*POSE, "pad", "gripper")
+OXE_ACTION = (*POSE, "gripper")
+RT1_STATE = ("x", "y", "z", "rx", "ry", "rz", "rw", "gripper")
+GR1_PARTS = ("left_arm", "right_arm", "left_hand", "right_hand", "waist")
+G1_PARTS = ("left_arm", "right_arm", "left_gripper", "right_gripper")
+SO101_JOINTS = tuple(f"{j}.pos" for j in ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll",
+                                          "gripper"))
 
 DATA_CONFIGS: dict[str, DataConfig] = {
-    "robotwin": _robotwin("robotwin", None),
-    "robotwin50": _robotwin("robotwin50", 50),
-    "fourier_gr1_arms_hands": _fourier_gr1_arms_hands(),
+    # RoboTwin 2.0 (aloha-agilex): two 6-joint arms and two grippers; output order [L6, R6, Lg, Rg].
+    "robotwin": _config("robotwin", video=AGILEX_CAMERAS, state=ARMS, action=ARMS, modes=AGILEX_MODES,
+                        tag="new_embodiment"),
+    # The same with 50-step action chunks (its 0.49 binary threshold is ignored by the original: 0.5 stays).
+    "robotwin50": _config("robotwin50", video=AGILEX_CAMERAS, state=ARMS, action=ARMS, modes=AGILEX_MODES,
+                          tag="new_embodiment", action_horizon=50),
+    "arx_x5": _config("arx_x5", video=AGILEX_CAMERAS, state=ARMS, action=ARMS, modes=AGILEX_MODES,
+                      tag="new_embodiment"),
+    # LIBERO (Franka): state as sin/cos of each of 8 values (16 dims), pose actions min_max, gripper raw.
+    "libero_franka": _config("libero_franka", video=("primary_image", "wrist_image"), state=LIBERO_STATE,
+                             action=OXE_ACTION, modes={**_each("state", LIBERO_STATE, "sincos"),
+                                                       **_each("action", POSE, "min_max")}, tag="franka"),
+    "oxe_droid": _config("oxe_droid", video=("exterior_image_1", "exterior_image_2", "wrist_image"),
+                         state=("eef_position", "eef_rotation", "gripper_position"),
+                         action=("eef_position_delta", "eef_rotation_delta", "gripper_position"),
+                         modes={"state.eef_position": "min_max", "state.gripper_position": "min_max",
+                                "action.gripper_position": "binary"},
+                         tag="oxe_droid", language="annotation.language.language_instruction"),
+    "oxe_bridge": _config("oxe_bridge", video=("image_0",), state=LIBERO_STATE, action=OXE_ACTION,
+                          modes={**_each("state", LIBERO_STATE[:-1], "q99"), "state.gripper": "binary",
+                                 **_each("action", POSE, "q99"), "action.gripper": "binary"}, tag="oxe_bridge"),
+    "oxe_rt1": _config("oxe_rt1", video=("image",), state=RT1_STATE, action=OXE_ACTION,
+                       modes={**_each("state", RT1_STATE[:-1], "q99"), "state.gripper": "binary",
+                              **_each("action", POSE, "q99"), "action.gripper": "binary"}, tag="oxe_rt1"),
+    "custom_robot_config": _config("custom_robot_config", video=("base_view", "ego_view"),
+                                   state=("eef_position", "eef_rotation"),
+                                   action=("delta_eef_position", "delta_eef_rotation", "gripper_close"),
+                                   modes={"state.eef_position": "min_max", "state.eef_rotation": "min_max",
+                                          "action.delta_eef_position": "min_max",
+                                          "action.delta_eef_rotation": "min_max", "action.gripper_close": "binary"},
+                                   tag="new_embodiment"),
+    "demo_sim_franka_delta_joints": _config("demo_sim_franka_delta_joints", video=("base_view", "ego_view"),
+                                            state=("joints",), action=("delta_joints", "gripper_close"),
+                                            modes={"state.joints": "min_max", "action.delta_joints": "min_max",
+                                                   "action.gripper_close": "binary"}, tag="franka"),
+    "SO101": _config("SO101", video=("primary_image", "wrist_image"), state=SO101_JOINTS, action=SO101_JOINTS,
+                     modes={**_each("state", SO101_JOINTS, "min_max"), **_each("action", SO101_JOINTS, "min_max")},
+                     tag="new_embodiment"),
+    # RoboCasa GR1 tabletop (Fourier GR1 arms + waist): state sin/cos (29 -> 58 dims), actions min_max.
+    "fourier_gr1_arms_waist": _config("fourier_gr1_arms_waist", video=("ego_view",), state=GR1_PARTS,
+                                      action=GR1_PARTS, modes={**_each("state", GR1_PARTS, "sincos"),
+                                                               **_each("action", GR1_PARTS, "min_max")},
+                                      tag="gr1", language="annotation.human.coarse_action"),
+    # Real Unitree G1 (arms + Aloha grippers): state sin/cos, actions min_max.
+    "g1_body29_aloha_arms_only": _config("g1_body29_aloha_arms_only", video=("ego_view",), state=G1_PARTS,
+                                         action=G1_PARTS, modes={**_each("state", G1_PARTS, "sincos"),
+                                                                 **_each("action", G1_PARTS, "min_max")},
+                                         tag="new_embodiment", language="annotation.human.task_description"),
+    # Ours, for the GR00T demo data robot_sim.PickNPlace (Fourier GR1, arms and hands): 7 + 7 + 6 + 6 = 26 dims.
+    "fourier_gr1_arms_hands": _config("fourier_gr1_arms_hands", video=("ego_view",), state=GR1_PARTS[:4],
+                                      action=GR1_PARTS[:4], modes={**_each("state", GR1_PARTS[:4], "min_max"),
+                                                                   **_each("action", GR1_PARTS[:4], "min_max")},
+                                      tag="gr1"),
 }

@@ -88,8 +88,8 @@ class EpisodeSteps:
         # Frames past the episode's ends repeat its first / last frame.
         frames = np.clip(t + np.asarray(self.shape.video_offsets), 0, length - 1)
         timestamps = np.asarray(table["timestamp"], dtype=np.float64)[frames]
-        views = [decode(self.layout.video_path(episode, key), timestamps, fps=fps, episode=episode)
-                 for key, fps in zip(self.video_keys, self.fps)]
+        views = [decode(self.layout.video_path(episode, key), timestamps + self.layout.video_start(episode, key),
+                        fps=fps, episode=episode) for key, fps in zip(self.video_keys, self.fps)]
         task = int(table[self.language_column][t])
         if task not in self.layout.tasks:
             raise DataError(f"{self.layout.parquet_path(episode)}: episode {episode}, frame {t}: task index {task} "

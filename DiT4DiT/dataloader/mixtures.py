@@ -30,16 +30,58 @@ class MixtureEntry(NamedTuple):
 
 def _both_splits(data_config: str) -> list[MixtureEntry]:
     return [MixtureEntry(f"{split}/{task}", 1.0, data_config)
-            for task in ROBOTWIN_TASKS for split in ("Clean", "Randomized")]
+            for split in ("Clean", "Randomized") for task in ROBOTWIN_TASKS]
 
 
+def _all(datasets, data_config: str) -> list[MixtureEntry]:
+    return [MixtureEntry(d, 1.0, data_config) for d in datasets]
+
+
+LIBERO_SUITES = ("object", "goal", "spatial", "10")
+# RoboCasa GR1 tabletop: the 6 pick-and-place tasks and 18 post-training splits of the GR00T X-Embodiment sim data.
+GR1_TABLETOP = (
+    "PnPBottleToCabinetClose", "PnPCanToDrawerClose", "PnPCupToDrawerClose", "PnPMilkToMicrowaveClose",
+    "PnPPotatoToMicrowaveClose", "PnPWineToCabinetClose",
+    *(f"PosttrainPnPNovelFrom{pair}SplitA" for pair in (
+        "CuttingboardToBasket", "CuttingboardToCardboardbox", "CuttingboardToPan", "CuttingboardToPot",
+        "CuttingboardToTieredbasket", "PlacematToBasket", "PlacematToBowl", "PlacematToPlate", "PlacematToTieredshelf",
+        "PlateToBowl", "PlateToCardboardbox", "PlateToPan", "PlateToPlate", "TrayToCardboardbox", "TrayToPlate",
+        "TrayToPot", "TrayToTieredbasket", "TrayToTieredshelf")),
+)
+GR1_PRETRAIN = (
+    "CanToDrawer", "CupToDrawer", "CuttingboardToBasket", "CuttingboardToCardboardBox", "CuttingboardToPan",
+    "CuttingboardToPot", "CuttingboardToTieredBasket", "PlaceBottleToCabinet", "PlaceMilkToMicrowave",
+    "PlacematToBasket", "PlacematToBowl", "PlacematToPlate", "PlacematToTieredShelf", "PlateToBowl",
+    "PlateToCardboardBox", "PlateToPan", "PlateToPlate", "PotatoToMicrowave", "TrayToCardboardBox", "TrayToPlate",
+    "TrayToPot", "TrayToTieredBasket", "TrayToTieredShelf", "WineToCabinet",
+)
+G1_TASKS = ("pnp_eggplant_lh_200ep_26_1_28", "pnp_corn_middle_drawer", "pnp_plate", "arrange_flower", "move_spoon",
+            "stack_cups", "packaging")
+
+# The original's 18 mixtures (same names, folders, weights and data configs), plus gr1_pick_place (ours).
 DATASET_NAMED_MIXTURES: dict[str, list[MixtureEntry]] = {
-    "robotwin": [MixtureEntry(task, 1.0, "robotwin") for task in ROBOTWIN_TASKS],
+    "custom_dataset": _all(["custom_dataset_name"], "custom_robot_config"),
+    "custom_dataset_2": _all(["custom_dataset_name_1", "custom_dataset_name_2"], "custom_robot_config"),
+    "libero_all": _all([f"libero_{s}_no_noops_1.0.0_lerobot" for s in LIBERO_SUITES], "libero_franka"),
+    "bridge": _all(["bridge_orig_1.0.0_lerobot"], "oxe_bridge"),
+    "bridge_rt_1": [MixtureEntry("bridge_orig_1.0.0_lerobot", 1.0, "oxe_bridge"),
+                    MixtureEntry("fractal20220817_data_0.1.0_lerobot", 1.0, "oxe_rt1")],
+    "demo_sim_pick_place": _all(["sim_pick_place"], "demo_sim_franka_delta_joints"),
+    "fourier_gr1_unified_1000": _all(
+        [f"gr1_unified.{t}_GR1ArmsAndWaistFourierHands_1000" for t in GR1_TABLETOP], "fourier_gr1_arms_waist"),
+    "fourier_gr1_pretrain_10K": _all([f"gr1_arms_waist.{t}" for t in GR1_PRETRAIN], "fourier_gr1_arms_waist"),
+    # The original names a data config (R1Pro) it never defines; building this mixture says so.
+    "BEHAVIOR_challenge": _all(["BEHAVIOR_challenge"], "R1Pro"),
+    "SO101_pick": _all(["pick_dataset_name"], "SO101"),
+    "arx_x5": _all(["arx_x5"], "arx_x5"),
+    "robotwin": _all(ROBOTWIN_TASKS, "robotwin"),
     "robotwin_all": _both_splits("robotwin"),
     "robotwin_all_50": _both_splits("robotwin50"),
-    "robotwin_task1": [MixtureEntry("adjust_bottle", 1.0, "robotwin")],
-    "robotwin_task2": [MixtureEntry("place_a2b_left", 1.0, "robotwin"), MixtureEntry("place_a2b_right", 1.0, "robotwin")],
-    "gr1_pick_place": [MixtureEntry("robot_sim.PickNPlace", 1.0, "fourier_gr1_arms_hands")],
+    "robotwin_task1": _all(["adjust_bottle"], "robotwin"),
+    "robotwin_task2": _all(["place_a2b_left", "place_a2b_right"], "robotwin"),
+    "multi_robot": _all(["LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot"], "libero_franka"),
+    "real_robot_all": _all(G1_TASKS, "g1_body29_aloha_arms_only"),
+    "gr1_pick_place": _all(["robot_sim.PickNPlace"], "fourier_gr1_arms_hands"),
 }
 
 

@@ -1,7 +1,13 @@
-"""Meta files and per-episode parquet tables of one GR00T-flavoured LeRobot v2.x dataset folder (read-only)."""
+"""Meta files and per-episode parquet tables of one GR00T-flavoured LeRobot dataset folder (read-only).
+
+Both layouts: v2.x (one parquet and one mp4 per camera per episode, meta/*.jsonl) and v3.0 (many episodes per
+parquet and mp4 file, meta/episodes/*/*.parquet and meta/tasks.parquet). Each folder's meta/info.json
+(`codebase_version`) says which it is, so one mixture may hold both.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -14,6 +20,7 @@ import pyarrow.parquet as pq
 from DiT4DiT.dataloader.errors import DataError
 
 META_FILES = ("info.json", "episodes.jsonl", "tasks.jsonl", "modality.json")
+META_FILES_V3 = ("info.json", "tasks.parquet", "modality.json")
 # GR00T's modality.json schema: where a state/action key lives when `original_key` is absent.
 DEFAULT_ORIGINAL_KEY = {"state": "observation.state", "action": "action"}
 
@@ -37,6 +44,47 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _read_jsonl_map(path: Path, key: str, value: str, cast) -> dict:
+    """{row[key]: row[value]} of a JSON-lines meta file (episodes.jsonl, tasks.jsonl)."""
+    mapping = {}
+    for row in _read_jsonl(path):
+        if key not in row or value not in row:
+            raise DataError(f"{path}: line {row} lacks '{key}' or '{value}'")
+        mapping[int(row[key])] = cast(row[value])
+    return mapping
+
+
+V3_EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index")
+
+
+def _read_v3_episodes(meta: Path) -> tuple[dict[int, int], dict[int, dict], dict[int, str]]:
+    """Lengths, file locations (data and per-camera video file, video start time) and tasks of a v3.0 dataset."""
+    episodes, files = {}, {}
+    for path in sorted(meta.glob("episodes/*/*.parquet")):
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"{path}: episode table cannot be read ({exc}); regenerate it") from exc
+        missing = [c for c in V3_EPISODE_COLUMNS if c not in table.column_names]
+        if missing:
+            raise DataError(f"{path}: LeRobot v3.0 episode tables have columns {list(V3_EPISODE_COLUMNS)}; "
+                            f"{missing} are missing")
+        located = [c for c in table.column_names if c.startswith(("data/", "videos/"))]
+        for row in table.select(["episode_index", "length", *located]).to_pylist():
+            episodes[int(row["episode_index"])] = int(row["length"])
+            files[int(row["episode_index"])] = {c: row[c] for c in located}
+    try:
+        tasks_table = pq.read_table(meta / "tasks.parquet").to_pandas()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"{meta / 'tasks.parquet'}: cannot be read ({exc}); regenerate it") from exc
+    if "task_index" not in tasks_table.columns:
+        raise DataError(f"{meta / 'tasks.parquet'}: no 'task_index' column; LeRobot v3.0 writes one per task")
+    # LeRobot v3.0 keeps the task text as the frame's index; a 'task' column is read too.
+    names = tasks_table["task"] if "task" in tasks_table.columns else tasks_table.index
+    tasks = {int(i): str(name) for i, name in zip(tasks_table["task_index"], names)}
+    return episodes, files, tasks
+
+
 @dataclass(frozen=True)
 class Slice:
     """Where one modality key (e.g. `state.left_arm`) lives: a parquet column and a [start:end) range in it."""
@@ -56,30 +104,37 @@ class DatasetLayout:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        missing = [name for name in META_FILES if not (self.root / "meta" / name).is_file()]
+        meta = self.root / "meta"
+        info_path = meta / "info.json"
+        self.info: dict = _read_json(info_path) if info_path.is_file() else {}
+        self.version = "v3" if str(self.info.get("codebase_version", "")).startswith("v3") else "v2"
+        needed = META_FILES_V3 if self.version == "v3" else META_FILES
+        missing = [name for name in needed if not (meta / name).is_file()]
+        if self.version == "v3" and not sorted(meta.glob("episodes/*/*.parquet")):
+            missing.append("episodes/chunk-*/file-*.parquet")
         if missing:
             raise DataError(
                 f"{self.root}: missing meta/{', meta/'.join(missing)}. A GR00T-flavoured LeRobot v2.x dataset needs "
-                f"meta/{', meta/'.join(META_FILES)}; convert the dataset to that layout (or fix data_root_dir / data_mix)"
+                f"meta/{', meta/'.join(META_FILES)}; a v3.0 one meta/{', meta/'.join(META_FILES_V3)} and "
+                "meta/episodes/; convert the dataset to one of those layouts (or fix data_root_dir / data_mix)"
             )
-        meta = self.root / "meta"
-        self.info: dict = _read_json(meta / "info.json")
         self.modality: dict = _read_json(meta / "modality.json")
         for key in ("data_path", "chunks_size"):
             if key not in self.info:
-                raise DataError(f"{meta / 'info.json'}: key '{key}' is missing; LeRobot v2.x info.json files define it")
-        self.episodes: dict[int, int] = {}
-        for row in _read_jsonl(meta / "episodes.jsonl"):
-            if "episode_index" not in row or "length" not in row:
-                raise DataError(f"{meta / 'episodes.jsonl'}: line {row} lacks 'episode_index' or 'length'")
-            self.episodes[int(row["episode_index"])] = int(row["length"])
+                raise DataError(f"{meta / 'info.json'}: key '{key}' is missing; LeRobot info.json files define it")
+        if self.version == "v3":
+            self.episodes, self._files, self.tasks = _read_v3_episodes(meta)
+        else:
+            self.episodes, self._files = _read_jsonl_map(meta / "episodes.jsonl", "episode_index", "length", int), {}
+            self.tasks = _read_jsonl_map(meta / "tasks.jsonl", "task_index", "task", str)
         if not self.episodes:
-            raise DataError(f"{meta / 'episodes.jsonl'}: no episodes listed")
-        self.tasks: dict[int, str] = {}
-        for row in _read_jsonl(meta / "tasks.jsonl"):
-            if "task_index" not in row or "task" not in row:
-                raise DataError(f"{meta / 'tasks.jsonl'}: line {row} lacks 'task_index' or 'task'")
-            self.tasks[int(row["task_index"])] = str(row["task"])
+            raise DataError(f"{meta}: no episodes listed")
+
+    def meta_files(self) -> list[Path]:
+        """The meta files whose content defines the dataset (what a cache key must cover)."""
+        if self.version == "v3":
+            return [self.meta_path(n) for n in META_FILES_V3] + sorted(self.root.glob("meta/episodes/*/*.parquet"))
+        return [self.meta_path(n) for n in META_FILES]
 
     @property
     def name(self) -> str:
@@ -92,6 +147,10 @@ class DatasetLayout:
         return episode // int(self.info["chunks_size"])
 
     def parquet_path(self, episode: int) -> Path:
+        if self.version == "v3":
+            where = self._files[episode]
+            return self.root / self.info["data_path"].format(chunk_index=where["data/chunk_index"],
+                                                             file_index=where["data/file_index"])
         relative = self.info["data_path"].format(episode_chunk=self.episode_chunk(episode), episode_index=episode)
         return self.root / relative
 
@@ -100,8 +159,25 @@ class DatasetLayout:
         if not template:
             raise DataError(f"{self.meta_path('info.json')}: 'video_path' is empty, but camera '{video_key}' is needed; "
                             "this loader reads videos stored as mp4 files")
+        if self.version == "v3":
+            where = self._video_entry(episode, video_key, "file_index")
+            return self.root / template.format(video_key=video_key, file_index=where,
+                                               chunk_index=self._video_entry(episode, video_key, "chunk_index"))
         relative = template.format(episode_chunk=self.episode_chunk(episode), episode_index=episode, video_key=video_key)
         return self.root / relative
+
+    def video_start(self, episode: int, video_key: str) -> float:
+        """Where the episode begins in its video file, in seconds (v3.0 files hold many episodes; v2.x: 0)."""
+        if self.version == "v3":
+            return float(self._video_entry(episode, video_key, "from_timestamp"))
+        return 0.0
+
+    def _video_entry(self, episode: int, video_key: str, field: str):
+        column = f"videos/{video_key}/{field}"
+        if column not in self._files[episode]:
+            raise DataError(f"{self.root / 'meta/episodes'}: episode {episode} has no '{column}'; the camera "
+                            f"'{video_key}' is not in this v3.0 dataset's episode table")
+        return self._files[episode][column]
 
     def _modality_entry(self, key: str, config_name: str) -> tuple[str, str, dict]:
         group, _, sub = key.partition(".")
@@ -164,17 +240,34 @@ def read_episode_columns(layout: DatasetLayout, episode: int, columns: list[str]
     path = layout.parquet_path(episode)
     if not path.is_file():
         raise DataError(f"{layout.root}: episode {episode} has no parquet file {path} (from info.json data_path); "
-                        "restore it or drop the episode from meta/episodes.jsonl")
+                        "restore it or drop the episode from the meta folder's episode list")
     try:
         schema_names = pq.read_schema(path).names
-        missing = [c for c in columns if c not in schema_names]
+        needed = columns + (["episode_index"] if layout.version == "v3" else [])
+        missing = [c for c in needed if c not in schema_names]
         if missing:
             raise DataError(f"{path}: episode {episode} lacks column(s) {missing} (has {schema_names}); "
                             "fix meta/modality.json original_key entries or the parquet file")
-        table = pq.read_table(path, columns=columns)
+        if layout.version == "v3":
+            table = _episode_rows(path, path.stat().st_mtime_ns, tuple(columns), episode)
+        else:
+            table = pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"{path}: episode {episode} parquet cannot be read ({exc}); regenerate the file") from exc
     return {c: _column_array(table, c, path) for c in columns}
+
+
+@functools.lru_cache(maxsize=2)
+def _v3_file(path: Path, mtime_ns: int, columns: tuple[str, ...]) -> tuple[pa.Table, np.ndarray]:
+    """A v3.0 data file's columns and episode of each row. Episodes are read in order when indexing, so keeping
+    the last files makes a pass over E episodes read each file once, not E times."""
+    table = pq.read_table(path, columns=[*columns, "episode_index"])
+    return table, table.column("episode_index").to_numpy()
+
+
+def _episode_rows(path: Path, mtime_ns: int, columns: tuple[str, ...], episode: int) -> pa.Table:
+    table, episodes = _v3_file(path, mtime_ns, columns)
+    return table.take(pa.array(np.flatnonzero(episodes == episode))).select(list(columns))
 
 
 class EpisodeCache:

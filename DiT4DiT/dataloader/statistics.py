@@ -55,12 +55,19 @@ def merge_statistics(parts: Sequence[tuple[dict[str, np.ndarray], int]]) -> dict
     }
 
 
-def statistics_section(stats: dict[str, np.ndarray], modes: Sequence[str], mask: Sequence[bool] | None = None) -> dict:
-    """One `state` / `action` entry of dataset_statistics.json (plain lists; `mask` only for actions)."""
+def statistics_section(stats: dict[str, np.ndarray], modes: Sequence[str], mask: Sequence[bool] | None = None,
+                       key_widths: Sequence[int] | None = None) -> dict:
+    """One `state` / `action` entry of dataset_statistics.json (plain lists; `mask` only for actions).
+
+    The original's keys first (raw per-dim statistics, `mask`), then ours: `normalization` (mode per raw dim)
+    and `key_widths` (width of each data-config key, which places sin/cos pairs), which the original ignores.
+    """
     section = {name: np.asarray(stats[name], dtype=np.float64).tolist() for name in STAT_NAMES}
     if mask is not None:
         section["mask"] = [bool(m) for m in mask]
     section["normalization"] = list(modes)
+    if key_widths is not None:
+        section["key_widths"] = [int(w) for w in key_widths]
     return section
 
 

@@ -29,7 +29,10 @@ from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptSt
 log = logging.getLogger(__name__)
 
 EXTRACTOR_PATH = "backbone_interface.extractor"
-FLOW_MATCHING_LOSS_TYPES = ("flow_matching", "latent_flow_matching", "rectified_flow", "rf")
+# The original's other future losses: sample the future latents (future_num_inference_steps sampler steps from
+# noise, gradient through every step) and compare them with the ground truth's latents, or decode them and
+# compare frames (L1 / MSE in [0, 1]).
+SAMPLED_LOSS_TYPES = ("latent_mse", "pixel_l1", "pixel_mse")
 
 
 class FrameCountWarning(UserWarning):
@@ -122,6 +125,8 @@ class CosmosFeatureExtractor(nn.Module):
         high_sigma_min: float,
         prompt_store: PromptStore | None,
         early_exit: bool = True,
+        future_loss_type: str = "flow_matching",
+        future_num_inference_steps: int = 1,
     ):
         super().__init__()
         self.text_encoder = components.text_encoder
@@ -141,6 +146,8 @@ class CosmosFeatureExtractor(nn.Module):
         self.time_distribution = time_distribution
         self.high_sigma_ratio = high_sigma_ratio
         self.high_sigma_min = high_sigma_min
+        self.future_loss_type = future_loss_type
+        self.future_num_inference_steps = future_num_inference_steps
 
         # The feature pass is the first step of a one-step sampling schedule (sigma = 200/201 for Cosmos 2.5).
         self.scheduler.set_timesteps(1)
@@ -300,20 +307,23 @@ class CosmosFeatureExtractor(nn.Module):
         video_loss = None
         if want_video_loss and future_frames is not None:
             video = torch.cat([pixels.unsqueeze(2), future_frames.transpose(1, 2) * 2.0 - 1.0], dim=2)
-            video_loss = self._future_video_loss(video, num_latent, channels, latent_h, latent_w, run_transformer)
+            video_loss = self._future_video_loss(video, cond_latents, channels, latent_h, latent_w, run_transformer)
         return BackboneOutput(features=features, future_video_loss=video_loss)
 
-    def _future_video_loss(self, video, num_latent, channels, latent_h, latent_w, run_transformer) -> torch.Tensor:
+    def _future_video_loss(self, video, cond_latents, channels, latent_h, latent_w, run_transformer) -> torch.Tensor:
+        num_latent = cond_latents.shape[2]
         batch, device = video.shape[0], video.device
         min_frames = 1 + self.temporal_factor
         if video.shape[2] < min_frames:
             video = torch.cat([video, video[:, :, -1:].expand(-1, -1, min_frames - video.shape[2], -1, -1)], dim=2)
         # Frames past the last complete group of `temporal_factor` are ignored by the VAE; skip encoding them.
         video = video[:, :, : 1 + self.temporal_factor * ((video.shape[2] - 1) // self.temporal_factor)]
+        if num_latent < 2:
+            return torch.zeros((), device=device)
+        if self.future_loss_type in SAMPLED_LOSS_TYPES:
+            return self._sampled_future_loss(video, cond_latents, run_transformer)
         targets = self.encode_video(video)[:, :, 1:num_latent]
         supervised = targets.shape[2]
-        if supervised == 0:
-            return torch.zeros((), device=device)
 
         t = sample_flow_time(batch, self.time_distribution, self.high_sigma_ratio, self.high_sigma_min, device)
         t = t.view(batch, 1, 1, 1, 1)
@@ -324,6 +334,52 @@ class CosmosFeatureExtractor(nn.Module):
         velocity = run_transformer(noisy, t)
         return F.mse_loss(velocity[:, :, 1 : 1 + supervised].float(), (noise - targets).float())
 
+    def sample_future_latents(self, cond_latents: torch.Tensor, run_transformer) -> torch.Tensor:
+        """Normalised latents (B, C, T_lat, h, w) after `future_num_inference_steps` sampler steps from noise.
+
+        As the diffusers Cosmos 2.5 pipeline (and the original): the transformer's output is the flow, and on the
+        conditioning frame it is replaced by the flow that keeps that frame's latent. Not under no_grad: the
+        sampled losses train the transformer through every step.
+        """
+        device = cond_latents.device
+        self.scheduler.set_timesteps(self.future_num_inference_steps, device=device)
+        latents = torch.randn_like(cond_latents)
+        keep = torch.zeros(1, 1, cond_latents.shape[2], 1, 1, device=device)
+        keep[:, :, 0] = 1.0
+        kept_flow = keep * (latents - cond_latents)
+        for index, timestep in enumerate(self.scheduler.timesteps):
+            flow = run_transformer(latents, self.scheduler.sigmas[index].to(device=device, dtype=torch.float32))
+            if self.scheduler.config.prediction_type == "flow_prediction":
+                flow = kept_flow + (1 - keep) * flow.float()
+            latents = self.scheduler.step(flow.float(), timestep, latents, return_dict=False)[0]
+        self.scheduler.set_timesteps(1)  # the feature pass's one-step schedule again
+        return latents
+
+    def decode_video(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents (B, C, T_lat, h, w) -> frames (B, 3, T, H, W) in [0, 1]."""
+        mean = self.latents_mean.to(latents.device, torch.float32)
+        std = self.latents_std.to(latents.device, torch.float32)
+        pixels = self.vae.decode((latents.float() * std + mean).to(self.vae.dtype), return_dict=False)[0]
+        return ((pixels.float() + 1.0) / 2.0).clamp(0.0, 1.0)
+
+    def _sampled_future_loss(self, video, cond_latents, run_transformer) -> torch.Tensor:
+        """latent_mse / pixel_l1 / pixel_mse on the future part of a sampled clip (the conditioning frame left out).
+
+        Unlike the original: ground-truth frames always enter the VAE in [-1, 1] (its latent_mse passed them in
+        [0, 1]), decoded frames always map from [-1, 1] (it guessed from their minimum), and only the frames the
+        VAE represents are compared (it failed on clips longer than it decodes).
+        """
+        latents = self.sample_future_latents(cond_latents, run_transformer)
+        if self.future_loss_type == "latent_mse":
+            targets = self.encode_video(video)[:, :, 1 : cond_latents.shape[2]]
+            return F.mse_loss(latents[:, :, 1 : 1 + targets.shape[2]].float(), targets.float())
+        decoded = self.decode_video(latents)
+        frames = min(decoded.shape[2], video.shape[2]) - 1
+        predicted, target = decoded[:, :, 1 : 1 + frames], (video[:, :, 1 : 1 + frames].float() + 1.0) / 2.0
+        if self.future_loss_type == "pixel_mse":
+            return F.mse_loss(predicted, target)
+        return (predicted - target).abs().mean()
+
 
 class CosmosBackboneInterface(nn.Module):
     """Reads the config, loads the pipeline, and turns example frames into the extractor's inputs."""
@@ -332,11 +388,6 @@ class CosmosBackboneInterface(nn.Module):
         super().__init__()
         cosmos = cfg.framework.cosmos25
         self.training_mode = cosmos.training
-        if cosmos.future_loss_type not in FLOW_MATCHING_LOSS_TYPES:
-            raise ConfigError(
-                f"framework.cosmos25.future_loss_type={cosmos.future_loss_type!r} is not supported; use one of "
-                f"{', '.join(FLOW_MATCHING_LOSS_TYPES)}"
-            )
         fm = cosmos.flow_matching
         # Everything checkable from the folder's configs is checked before the (large) weights load.
         shape = read_pipeline_shape(cosmos.base_model)
@@ -379,6 +430,8 @@ class CosmosBackboneInterface(nn.Module):
             high_sigma_ratio=fm.high_sigma_ratio,
             high_sigma_min=fm.high_sigma_min,
             prompt_store=store,
+            future_loss_type=cosmos.future_loss_type,
+            future_num_inference_steps=cosmos.future_num_inference_steps,
         )
 
     def _stack_frames(self, images: list, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -142,7 +142,8 @@ class FlowmatchingActionHead(nn.Module):
         """Euler integration from noise (t=1) to actions (t=0): (B, chunk_len, action_dim)."""
         batch = vl_embs.shape[0]
         actions = torch.randn(batch, self.chunk_len, self.action_dim, device=vl_embs.device, dtype=vl_embs.dtype)
-        state_tokens = self._state_tokens(state)
+        # As the original: predicting without a state denoises the action tokens alone (no state token).
+        state_tokens = None if state is None else self._state_tokens(state)
         dt = 1.0 / self.num_inference_timesteps
         for step in range(self.num_inference_timesteps):
             t = 1.0 - step / self.num_inference_timesteps

@@ -1,0 +1,53 @@
+"""Write a checkpoint with every weight, for tools that load strictly (the original's from_pretrained, servers).
+
+Our checkpoints leave out the frozen text encoder and VAE (they reload from framework.cosmos25.base_model, and
+save ~16 GB per checkpoint at 2B size). This rebuilds the run's model from `<run_dir>/config.yaml`, loads the
+checkpoint (frozen parts from base_model) and saves the full state dict, a flat {name: tensor} file as the
+original writes. Put it in a run folder (as checkpoints/steps_N_pytorch_model.pt or final_model/pytorch_model.pt
+beside its config.yaml and dataset_statistics.json) for the original to load.
+
+    python -m DiT4DiT.tools.export_checkpoint runs/my_run/final_model/pytorch_model.pt --out exported/full.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from DiT4DiT.model.framework.base_framework import baseframework
+from DiT4DiT.training.checkpoint import atomic_write
+
+
+def export_full_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Save every weight of the model `checkpoint` belongs to into `out` (atomically); returns `out`."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    if out.resolve() == Path(checkpoint).resolve():
+        raise ValueError(f"--out {out} is the checkpoint being read; write the full file elsewhere")
+    model = baseframework.from_pretrained(checkpoint)
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    atomic_write(out, lambda tmp: torch.save(state, tmp))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path, help="a .pt inside a run folder (two levels below config.yaml)")
+    parser.add_argument("--out", type=Path, required=True, help="where the full checkpoint goes")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    args = parser.parse_args(argv)
+    try:
+        out = export_full_checkpoint(args.checkpoint, args.out, args.overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:  # config and weight mismatches are ValueErrors
+        print(f"export_checkpoint: {exc}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

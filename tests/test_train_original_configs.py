@@ -1,0 +1,99 @@
+"""Every data config of the original, and the original's three YAMLs, train 2 steps on tiny generated data.
+
+In-process through the trainer's own entry (`main`), one process, no launcher: what is checked here is that the
+data configs, their sin/cos and raw keys, and the original's config files go through the whole training path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
+from DiT4DiT.tools.tiny_dataset import generate
+from DiT4DiT.training.train import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+# The first mixture that names each data config (oxe_droid is named by none, in the original too).
+FIRST_MIXTURE = {}
+for _name, _entries in DATASET_NAMED_MIXTURES.items():
+    for _entry in _entries:
+        FIRST_MIXTURE.setdefault(_entry.data_config, _name)
+TRAINABLE = sorted(set(FIRST_MIXTURE) & set(DATA_CONFIGS))
+# The tiny model's sizes, for a config written for the 2B model (widths stay as the config has them).
+TINY_MODEL = [
+    "--framework.cosmos25.torch_dtype=float32", "--framework.cosmos25.extract_layer=2",
+    "--framework.cosmos25.max_sequence_length=64", "--framework.cosmos25.vl_hidden_dim=32",
+    "--framework.action_model.hidden_size=64", "--framework.action_model.diffusion_model_cfg.cross_attention_dim=32",
+    "--framework.action_model.diffusion_model_cfg.num_layers=2", "--framework.action_model.diffusion_model_cfg.output_dim=64",
+    "--framework.action_model.diffusion_model_cfg.num_attention_heads=2",
+    "--framework.action_model.diffusion_model_cfg.attention_head_dim=16",
+    "--trainer.freeze_modules=backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae",
+    "--trainer.mixed_precision='no'", "--trainer.max_train_steps=2", "--trainer.save_interval=2",
+    "--trainer.num_warmup_steps=1", "--trainer.logging_frequency=1", "--datasets.vla_data.image_size=32", "--datasets.vla_data.per_device_batch_size=2",
+    "--datasets.vla_data.num_workers=0", "--datasets.vla_data.holdout_episodes=0", "--trackers=[jsonl]",
+]
+
+
+def test_every_data_config_but_droid_is_named_by_a_mixture():
+    assert set(DATA_CONFIGS) - set(TRAINABLE) == {"oxe_droid"}
+
+
+def _losses(run_dir: Path) -> list[float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["total_loss"] for r in records if "total_loss" in r]
+
+
+def _check_run(run_dir: Path, code: int) -> None:
+    assert code == 0
+    assert (run_dir / "final_model/pytorch_model.pt").is_file()
+    losses = _losses(run_dir)
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+@pytest.mark.parametrize("data_config", TRAINABLE)
+def test_data_config_trains_two_steps(data_config, tiny_pipeline_dir, tmp_path, one_torch_thread):
+    mixture = FIRST_MIXTURE[data_config]
+    configs = [e.data_config for e in DATASET_NAMED_MIXTURES[mixture]]
+    generate(mixture, tmp_path / "data", datasets=configs.index(data_config) + 1, episodes=2, frames=(8, 12))
+    window = 49 if data_config == "robotwin50" else 7  # robotwin50 fixes 50-step chunks
+    code = main([
+        "--config_yaml", TINY_CONFIG, *TINY_MODEL, f"--framework.cosmos25.base_model={tiny_pipeline_dir}",
+        f"--datasets.vla_data.data_root_dir={tmp_path / 'data'}", f"--datasets.vla_data.data_mix={mixture}",
+        "--datasets.vla_data.max_state_dim=64", "--datasets.vla_data.max_action_dim=32",
+        "--framework.action_model.state_dim=64", "--framework.action_model.action_dim=32",
+        f"--framework.action_model.future_action_window_size={window}", f"--framework.action_model.action_horizon={window + 1}",
+        f"--run_root_dir={tmp_path / 'runs'}", "--run_id=run",
+    ])
+    _check_run(tmp_path / "runs/run", code)
+    stats = json.loads((tmp_path / "runs/run/dataset_statistics.json").read_text())
+    assert DATA_CONFIGS[data_config].embodiment_tag in stats
+
+
+ORIGINAL_YAMLS = ["libero/dit4dit_libero.yaml", "robocasa/dit4dit_robocasa_gr1.yaml", "real_robot/dit4dit_g1.yaml"]
+
+
+@pytest.mark.xfail(strict=True, reason="needs helper cfg's schema (the original's unused keys, image_size [h, w], "
+                                        "video_backend names); remove this marker when merging cfg")
+@pytest.mark.parametrize("yaml_name", ORIGINAL_YAMLS)
+def test_original_yaml_trains_two_steps(yaml_name, tiny_pipeline_dir, tmp_path, one_torch_thread):
+    """The original's file as it is (2B sizes, flash_attention_2, image_size [224, 224]), the model made tiny."""
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(REPO / "DiT4DiT/config" / yaml_name)
+    vla = config.datasets.vla_data
+    generate(vla.data_mix, tmp_path / "data", datasets=1, episodes=2, frames=(10, 14))
+    code = main([
+        "--config_yaml", str(REPO / "DiT4DiT/config" / yaml_name), *TINY_MODEL,
+        f"--framework.cosmos25.base_model={tiny_pipeline_dir}", f"--datasets.vla_data.data_root_dir={tmp_path / 'data'}",
+        f"--run_root_dir={tmp_path / 'runs'}", "--run_id=run",
+    ])
+    _check_run(tmp_path / "runs/run", code)
+    weights = torch.load(tmp_path / "runs/run/final_model/pytorch_model.pt", weights_only=True)
+    assert weights["action_model.action_decoder.layer2.weight"].shape[0] == vla.max_action_dim
