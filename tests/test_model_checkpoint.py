@@ -13,7 +13,7 @@ from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
 from DiT4DiT.model.modules.cosmos_pipeline import load_cosmos_components
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.prompt_encoding import tokenize_prompts
-from DiT4DiT.model.modules.weights import RELOADED_FROM_SNAPSHOT, CheckpointMismatchError
+from DiT4DiT.model.modules.weights import CheckpointMismatchError
 from DiT4DiT.tools.tiny_cosmos import build_tiny_pipeline
 
 

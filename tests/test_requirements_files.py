@@ -25,6 +25,7 @@ REQUIRES_PYTHON = {
     "pyarrow==26.0.1": ">=3.11", "pytest==9.0.3": ">=3.10", "pyyaml==6.0.3": ">=3.8", "safetensors==0.8.0": ">=3.10",
     "tokenizers==0.22.2": ">=3.9", "torch==2.7.1": ">=3.9", "torch-npu==2.7.1.post4": ">=3.10,<3.12",
     "torchvision==0.22.1": ">=3.9", "tqdm==4.67.1": ">=3.7", "transformers==4.57.6": ">=3.9", "wandb==0.31.0": ">=3.10",
+    "msgpack==1.2.4": ">=3.10", "websockets==16.1.1": ">=3.10",
 }
 
 

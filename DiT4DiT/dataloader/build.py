@@ -143,8 +143,13 @@ def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
         checks.report_skipped(layout, index.skipped)
         check_widths(layout, index, steps.slices())
         _check_widths_fit(config, steps, shape)
-        checks.probe_videos(layout, [e for e in sorted(layout.episodes) if e in index.lengths], steps.video_keys,
-                            index.lengths, cache_dir)
+        # Every usable episode's videos (both splits) exist and decode, before step 1.
+        steps.select_episodes([e for e in sorted(layout.episodes) if e in index.lengths], index.lengths)
+        missing = steps.missing_videos()
+        if missing:
+            raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
+                            "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
+        checks.probe_videos(layout, steps.episodes, steps.video_keys, index.lengths, cache_dir)
         weights.append(entry.weight)
         indexed.append((steps, index))
     statistics, normalizers = {}, {}
@@ -166,10 +171,6 @@ def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, h
     # Episodes left out for non-finite values (trainer option) have no length in the index.
     kept = [e for e in _split_episodes(layout, holdout, split) if e in index.lengths]
     selected.select_episodes(kept, index.lengths)
-    missing = selected.missing_videos()
-    if missing:
-        raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
-                        "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
     return selected
 
 
