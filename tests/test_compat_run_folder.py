@@ -18,11 +18,12 @@ from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import baseframework
 from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
 from DiT4DiT.model.framework.share_tools import get_action_stats, read_mode_config, unnormalize_actions
-from DiT4DiT.model.modules.weights import RELOADED_FROM_SNAPSHOT
 from DiT4DiT.tools.export_checkpoint import export_full_checkpoint
 from fixtures_model import make_examples
 
 REPO = Path(__file__).resolve().parents[1]
+# What the tiny config freezes, so what its checkpoints leave out (they reload from the base snapshot).
+RELOADED_FROM_SNAPSHOT = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
 # Keys of our resolved config that the original's config tracker never writes (they are ours, or unaccessed).
 NOT_IN_ORIGINAL_RUN_CONFIG = ("trackers", "wandb_mode", "framework.cosmos25.prompt_cache",
                               "framework.cosmos25.local_files_only", "framework.cosmos25.revision",
