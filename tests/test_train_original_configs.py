@@ -79,8 +79,6 @@ def test_data_config_trains_two_steps(data_config, tiny_pipeline_dir, tmp_path, 
 ORIGINAL_YAMLS = ["libero/dit4dit_libero.yaml", "robocasa/dit4dit_robocasa_gr1.yaml", "real_robot/dit4dit_g1.yaml"]
 
 
-@pytest.mark.xfail(strict=True, reason="needs helper cfg's schema (the original's unused keys, image_size [h, w], "
-                                        "video_backend names); remove this marker when merging cfg")
 @pytest.mark.parametrize("yaml_name", ORIGINAL_YAMLS)
 def test_original_yaml_trains_two_steps(yaml_name, tiny_pipeline_dir, tmp_path, one_torch_thread):
     """The original's file as it is (2B sizes, flash_attention_2, image_size [224, 224]), the model made tiny."""

@@ -335,9 +335,10 @@ def log_step(run: Run, values: dict[str, torch.Tensor], timings: dict[str, float
 def save_final_model(run: Run) -> None:
     """Checks that the replicas agree, then writes final_model/pytorch_model.pt (collective: every rank calls it)."""
     checksums = replica_weight_checksums(run.accelerator, run.unwrapped)
+    state_dict = run.accelerator.get_state_dict(run.model)  # every rank: ZeRO-3 gathers the shards here
     if run.accelerator.is_main_process:
         run.logger.log({"step": run.cfg.trainer.max_train_steps, "replica_weight_checksums": checksums})
-        final = ckpt.weights_to_save(run.accelerator.get_state_dict(run.model), run.left_out)
+        final = ckpt.weights_to_save(state_dict, run.left_out)
         ckpt.save_weights(final, run.run_dir / "final_model" / "pytorch_model.pt")
 
 
@@ -382,8 +383,9 @@ def save_training_checkpoint(run: Run, step: int) -> None:
     is_main = accelerator.is_main_process
     staging = ckpt.staging_dir(checkpoints_dir, step)
     weights_name = ckpt.weights_path(checkpoints_dir, step).name
+    state_dict = accelerator.get_state_dict(run.model)  # every rank: ZeRO-3 gathers the shards here
     if is_main:
-        kept = ckpt.weights_to_save(accelerator.get_state_dict(run.model), run.left_out)
+        kept = ckpt.weights_to_save(state_dict, run.left_out)
         ckpt.save_weights(kept, checkpoints_dir / weights_name)
         ckpt.append_summary(run.run_dir, step)
         ckpt.discard_partial(staging)
