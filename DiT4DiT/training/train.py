@@ -291,6 +291,9 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             cleanup.callback(run.logger.close)
         stop = preemption.StopSignal().install()
         cleanup.callback(stop.uninstall)
+        # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
+        # interpreter's exit could not stop them if the iterator were still alive then.
+        cleanup.callback(run.batches.close)
         for step in range(run.start_step, last):
             data_start = time.perf_counter()
             micro_batches = [next(run.batches) for _ in range(trainer.gradient_accumulation_steps)]
