@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.model.framework import build_framework
@@ -15,9 +14,8 @@ FROZEN = "backbone_interface.extractor.text_encoder,backbone_interface.extractor
 
 
 def _model(tiny_model_cfg, loss_type: str, steps: int = 2):
-    cfg = tiny_model_cfg(f"framework.cosmos25.future_loss_type={loss_type}", "framework.cosmos25.training=video")
-    # The original's key (its default, 2, when absent); set directly in case the schema does not list it yet.
-    OmegaConf.update(cfg, "framework.cosmos25.future_num_inference_steps", steps, force_add=True)
+    cfg = tiny_model_cfg(f"framework.cosmos25.future_loss_type={loss_type}", "framework.cosmos25.training=video",
+                         f"framework.cosmos25.future_num_inference_steps={steps}")
     torch.manual_seed(0)
     model = build_framework(cfg)
     freeze_modules(model, FROZEN)
@@ -63,6 +61,6 @@ def test_pixel_mse_is_below_pixel_l1_for_the_same_sample(tiny_model_cfg, tiny_ex
 
 
 def test_unknown_future_loss_lists_all_seven(tiny_model_cfg):
-    with pytest.raises(ConfigError, match="flow_matching, latent_flow_matching, rectified_flow, rf, latent_mse, "
-                                          "pixel_l1, pixel_mse"):
-        build_framework(tiny_model_cfg("framework.cosmos25.future_loss_type=pixel_l2"))
+    with pytest.raises(ConfigError, match="flow_matching, latent_flow_matching, rectified_flow, rf, pixel_l1, "
+                                          "pixel_mse, latent_mse"):
+        tiny_model_cfg("framework.cosmos25.future_loss_type=pixel_l2")
