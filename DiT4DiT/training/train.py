@@ -242,6 +242,7 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             cleanup.callback(logger.close)
         stop = preemption.StopSignal().install()
         cleanup.callback(stop.uninstall)
+        cleanup.callback(batches.close)  # DataLoader workers (they ignore SIGTERM) end now, not at interpreter exit
         for step in range(start_step, last):
             data_start = time.perf_counter()
             micro_batches = [next(batches) for _ in range(accumulation)]
