@@ -51,3 +51,13 @@ def test_the_doctor_fails_the_base_model_naming_the_file(pipeline_copy):
     code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(pipeline_copy))
     assert code != 0
     assert lines["base_model"].startswith("FAIL") and str(shard) in lines["base_model"]
+
+
+def test_the_preflight_applies_the_trainers_mixture_rule(tmp_path):
+    from DiT4DiT.tools.folder_checks import data_root_problems
+
+    (tmp_path / "place_a2b_left/meta").mkdir(parents=True)
+    (tmp_path / "place_a2b_left/meta/info.json").write_text("{}")
+    assert data_root_problems(tmp_path, "robotwin_task2") == []  # one of two there: trains on it, as the trainer does
+    (problem,) = data_root_problems(tmp_path / "place_a2b_left", "robotwin_task2")
+    assert problem.startswith("datasets.vla_data.data_mix=robotwin_task2: none of its 2 datasets is under")
