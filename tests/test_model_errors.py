@@ -114,6 +114,6 @@ def test_tiny_cosmos_refuses_to_overwrite(tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("user data")
     assert tiny_cosmos.main(["--out", str(out)]) == 1
-    assert "exists and is not empty; pass --force" in capsys.readouterr().err
+    assert "exists and is not empty; pass --overwrite" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["existing"]  # no staging folder left behind

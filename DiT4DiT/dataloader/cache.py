@@ -6,7 +6,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from DiT4DiT.dataloader.reader import DatasetLayout
@@ -60,15 +59,3 @@ def read_cached(path: Path) -> dict | None:
         return None
 
 
-def write_json_atomic(path: Path, content: dict) -> None:
-    """Write JSON through a temporary file in the same folder and os.replace: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(content, stream, indent=2)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise

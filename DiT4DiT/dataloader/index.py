@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.dataloader import checks
-from DiT4DiT.dataloader.cache import cache_file, fingerprint, read_cached, write_json_atomic
+from DiT4DiT.atomic_files import write_json_atomic
+from DiT4DiT.dataloader.cache import cache_file, fingerprint, read_cached
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.reader import DatasetLayout, Slice, read_episode_columns
 from DiT4DiT.dataloader.statistics import column_statistics

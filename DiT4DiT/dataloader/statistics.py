@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from DiT4DiT.dataloader.cache import write_json_atomic
+from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.checks import check_statistics_finite
 
 STAT_NAMES = ("mean", "std", "max", "min", "q01", "q99")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from DiT4DiT.dataloader.cache import write_json_atomic
+from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.dataset import side_by_side
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from DiT4DiT.dataloader.cache import write_json_atomic
+from DiT4DiT.atomic_files import write_json_atomic
 
 RESULT_SUFFIX = ".result.json"
 SUMMARY_NAME = "success_rate_summary"

@@ -1,6 +1,6 @@
 """Write a tiny, randomly initialised Cosmos-Predict2.5 pipeline folder for tests and CPU smoke runs.
 
-    python -m DiT4DiT.tools.tiny_cosmos [--out DIR] [--seed N] [--force]
+    python -m DiT4DiT.tools.tiny_cosmos [--out DIR] [--seed N] [--overwrite]
 
 The folder has the layout of the real `nvidia/Cosmos-Predict2.5-2B` snapshot (model_index.json plus
 text_encoder / tokenizer / transformer / vae / scheduler), with the same classes at toy sizes, so it loads
@@ -183,15 +183,15 @@ def build_tiny_pipeline(seed: int = 0):
     )
 
 
-def write_tiny_pipeline(out: str | Path, seed: int = 0, force: bool = False) -> Path:
+def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
     """Write the pipeline folder atomically: a failure leaves `out` as it was."""
     from diffusers.utils import logging as diffusers_logging
 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     pipeline = build_tiny_pipeline(seed)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -214,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a tiny random Cosmos-Predict2.5 pipeline folder.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default: 0)")
-    parser.add_argument("--force", action="store_true", help="replace an existing, non-empty output folder")
+    # --overwrite, as tiny_dataset; --force is the earlier name.
+    parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
+                        help="replace an existing, non-empty output folder")
     args = parser.parse_args(argv)
     try:
-        out = write_tiny_pipeline(args.out, seed=args.seed, force=args.force)
+        out = write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite)
     except FileExistsError as error:
         print(f"tiny_cosmos: {error}", file=sys.stderr)
         return 1

@@ -22,13 +22,14 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+
+from DiT4DiT import atomic_files
 
 STATE_SUFFIX = "_training_state"
 _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
@@ -65,16 +66,8 @@ def space_checked(path: Path, write: Callable[[], None]) -> None:
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp_path)` on a temp file beside `path`, then rename it to `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        space_checked(path, lambda: write(Path(tmp)))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write through a temporary file beside `path` (see DiT4DiT.atomic_files); a full disk is a DiskFullError."""
+    atomic_files.atomic_write(path, lambda tmp: space_checked(path, lambda: write(tmp)))
 
 
 def write_text(path: Path, text: str) -> None:

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
+from DiT4DiT.atomic_files import write_bytes_atomic
 from DiT4DiT.config.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -107,17 +108,6 @@ def encoder_identity(pipeline_folder: str | os.PathLike) -> str:
     return digest.hexdigest()[:32]
 
 
-def _write_atomic(path: Path, payload: bytes) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(payload)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 class PromptStore:
     """Instruction -> (max_sequence_length, D) embedding, stored under `root` for one text encoder."""
 
@@ -193,7 +183,7 @@ class PromptStore:
         )
         path = self.path(instruction)
         try:
-            _write_atomic(path, payload)
+            write_bytes_atomic(path, payload)
         except OSError as error:
             raise PromptStoreError(
                 f"{STORE_DIR_KEY}: writing {path} failed ({error.strerror or error}); nothing partial was kept. "

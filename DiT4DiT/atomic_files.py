@@ -1,0 +1,35 @@
+"""Atomic file writes, shared by the trainer, the data cache, the prompt store and the tools (stdlib only).
+
+A file appears under its final name only once complete: it is written to a temporary file in the same folder
+and renamed over the target, so a reader (or a run killed mid-write) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Call `write(tmp_path)` on a temporary file beside `path`, then rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, content) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(content, indent=2)))
+
+
+def write_bytes_atomic(path: str | os.PathLike, payload: bytes) -> None:
+    atomic_write(path, lambda tmp: tmp.write_bytes(payload))
