@@ -80,7 +80,7 @@ def test_a_run_dir_one_node_cannot_see_stops_every_rank(tmp_path, tiny_pipeline_
     for result in results:
         assert result.returncode != 0
     log = (tmp_path / "node0" / "split" / "train.log").read_text()
-    assert f"ConfigError: run_root_dir {tmp_path / 'node0'} is not shared by all nodes" in log
+    assert f"config error: run_root_dir {tmp_path / 'node0'} is not shared by all nodes" in log
     assert "machine rank(s) 1 cannot see the marker that global rank 0 wrote there" in log
     assert not (tmp_path / "node0" / "split" / "checkpoints").exists()
     assert not list((tmp_path / "node0").glob(".dit4dit-shared-*"))

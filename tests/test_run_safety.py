@@ -163,10 +163,10 @@ def test_a_full_disk_is_named(tmp_path):
 
 def test_changed_keys_are_listed_with_old_and_new_values():
     saved = load_config(ROBOTWIN)
-    current = load_config(ROBOTWIN, ["datasets.vla_data.per_device_batch_size=8", "framework.action_model.hidden_size=64",
+    current = load_config(ROBOTWIN, ["datasets.vla_data.per_device_batch_size=8", "framework.action_model.noise_s=0.99",
                                      "trainer.max_train_steps=5"])
     assert resume.config_changes(saved, current, set()) == [
-        "framework.action_model.hidden_size: 2560 -> 64", "datasets.vla_data.per_device_batch_size: 4 -> 8"]
+        "framework.action_model.noise_s: 0.999 -> 0.99", "datasets.vla_data.per_device_batch_size: 4 -> 8"]
     assert resume.config_changes(saved, current, {"framework.action_model", "datasets.vla_data.per_device_batch_size"}) == []
 
 
