@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.dataloader.mixtures import resolve_mixture
 from DiT4DiT.dataloader.reader import DatasetLayout
+from DiT4DiT.model.modules.prompt_store import prompt_store_root
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -42,12 +42,6 @@ def embedding_bytes(cfg, base_model: Path) -> int:
     return int(cosmos.max_sequence_length) * width * DTYPE_BYTES[str(cosmos.torch_dtype)]
 
 
-def store_dir(cfg) -> Path:
-    """Where the trainer puts the store (framework.cosmos25.prompt_store_dir, else under the data cache dir)."""
-    configured = cfg.framework.cosmos25.prompt_store_dir
-    return Path(configured).expanduser() if configured else cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
-
-
 def stored_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*.safetensors")) if folder.is_dir() else 0
 
@@ -63,7 +57,7 @@ def free_bytes(folder: Path) -> int:
 def estimate(config_yaml: str, base_model: str) -> dict:
     cfg = load_config(config_yaml, [f"framework.cosmos25.base_model={base_model}"])
     instructions, datasets = unique_instructions(cfg)
-    folder = store_dir(cfg)
+    folder = prompt_store_root(cfg)
     each = embedding_bytes(cfg, Path(base_model))
     return {
         "instructions": instructions,

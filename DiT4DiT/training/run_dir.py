@@ -184,7 +184,7 @@ def claim_run_dir(run_dir: Path, is_resume: bool, move_aside: bool) -> RunLock:
 @contextmanager
 def claimed(accelerator, cfg):
     """The run directory claimed by the main process for the duration of the run; a refusal stops every rank."""
-    run_dir = Path(cfg.run_root_dir) / str(cfg.run_id)
+    run_dir = Path(cfg.output_dir)  # <run_root_dir>/<run_id>, derived when the config loaded
     lock, refusal = None, None
     if accelerator.is_main_process:
         try:

@@ -19,12 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.facts import latent_frame_count, num_output_frames
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
-from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
+from DiT4DiT.model.modules.prompt_store import (FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity,
+                                                 prompt_store_root)
 
 log = logging.getLogger(__name__)
 
@@ -418,8 +418,7 @@ class CosmosBackboneInterface(nn.Module):
         )
         store = None
         if cosmos.prompt_cache:
-            store_dir = cosmos.prompt_store_dir or cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
-            store = PromptStore(store_dir, encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
+            store = PromptStore(prompt_store_root(cfg), encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
                                 components.text_encoder.dtype)
         self.extractor = CosmosFeatureExtractor(
             components,
