@@ -36,7 +36,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # runnable without an installed package; reuses the test batches
 
-from fixtures_model import TINY_YAML, make_examples  # noqa: E402
+from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
 
 from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402

@@ -33,7 +33,7 @@ from DiT4DiT.serving.client import PolicyClient  # noqa: E402
 
 
 def tiny_checkpoint(workdir: Path) -> Path:
-    from fixtures_data import TINY_TASKS
+    from helpers.fixtures_data import TINY_TASKS
     from test_train_e2e import train
 
     from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline

@@ -1,7 +1,7 @@
-# Fixtures live beside the tests that own them: tiny pipeline and model configs, tiny datasets.
+# Fixtures shared by the tests live in tests/helpers/ (tiny pipeline and model configs, tiny datasets, a server).
 import pytest
 
-pytest_plugins = ["fixtures_model", "fixtures_data", "fixtures_serving"]
+pytest_plugins = ["helpers.fixtures_model", "helpers.fixtures_data", "helpers.fixtures_serving"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,7 +19,7 @@ from DiT4DiT.model.framework.base_framework import baseframework
 from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
 from DiT4DiT.model.framework.share_tools import get_action_stats, read_mode_config, unnormalize_actions
 from DiT4DiT.tools.export_checkpoint import export_full_checkpoint
-from fixtures_model import make_examples
+from helpers.fixtures_model import make_examples
 
 REPO = Path(__file__).resolve().parents[1]
 # What the tiny config freezes, so what its checkpoints leave out (they reload from the base snapshot).

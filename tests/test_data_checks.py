@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from DiT4DiT.dataloader import DataError, save_dataset_statistics
-from fixtures_data import build_read_only
+from helpers.fixtures_data import build_read_only
 
 TASK1 = "robotwin_task1"  # the mixture of exactly adjust_bottle
 EPISODE1 = "data/chunk-000/episode_000001.parquet"

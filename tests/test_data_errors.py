@@ -9,7 +9,7 @@ import pytest
 
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.dataloader import DataError, build_vla_dataset
-from fixtures_data import build_read_only
+from helpers.fixtures_data import build_read_only
 
 TASK1 = "robotwin_task1"  # the mixture of exactly adjust_bottle
 

@@ -15,7 +15,7 @@ from DiT4DiT.dataloader import Normalizer, build_vla_dataset
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
 from DiT4DiT.tools.tiny_dataset import generate
-from fixtures_data import snapshot
+from helpers.fixtures_data import snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 ORIGINAL_MIXTURES = (

@@ -9,7 +9,7 @@ import pytest
 
 from DiT4DiT.dataloader import Normalizer, build_vla_dataset
 from DiT4DiT.dataloader.video import decode_pyav
-from fixtures_data import snapshot
+from helpers.fixtures_data import snapshot
 
 DIMS = ["datasets.vla_data.max_state_dim=32", "datasets.vla_data.max_action_dim=32"]
 

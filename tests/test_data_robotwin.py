@@ -10,7 +10,7 @@ import torch
 
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.dataloader import Normalizer, build_vla_dataset, collate_fn, save_dataset_statistics
-from fixtures_data import snapshot
+from helpers.fixtures_data import snapshot
 
 # modality.json raw order is [L6, Lg, R6, Rg]; the robotwin data config outputs [L6, R6, Lg, Rg].
 RAW_TO_CONFIG = [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 6, 13]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures_data import snapshot
+from helpers.fixtures_data import snapshot
 from test_train_e2e import ROOT, TINY_CONFIG, descendants, environment, metrics, train, trainer_command
 
 EXIT_PREEMPTED = 75

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 # The trimmed copy shipped in the repository (episodes 0-2 of the GR00T demo data; tests/data/.../SOURCE.md).
-PICKNPLACE = Path(__file__).resolve().parent / "data" / "robot_sim.PickNPlace"
+PICKNPLACE = Path(__file__).resolve().parents[1] / "data" / "robot_sim.PickNPlace"
 TINY_TASKS = ("adjust_bottle", "place_a2b_left", "place_a2b_right")
 
 

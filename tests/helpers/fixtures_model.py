@@ -11,7 +11,7 @@ import torch
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
 
-TINY_YAML = Path(__file__).resolve().parents[1] / "DiT4DiT" / "config" / "tiny" / "dit4dit_tiny.yaml"
+TINY_YAML = Path(__file__).resolve().parents[2] / "DiT4DiT" / "config" / "tiny" / "dit4dit_tiny.yaml"
 
 
 @pytest.fixture(scope="session")
