@@ -9,3 +9,15 @@ class DiT4DiTError(Exception):
     """An error with a message meant for the user and the process exit status that goes with it."""
 
     exit_code = 1
+    # True where every rank raises it together from the same shared answer (a config value, the run dir):
+    # the main process alone says it. Otherwise each rank that raises it says it, tagged with its rank.
+    same_on_every_rank = False
+
+    @property
+    def label(self) -> str:
+        """What the one line starts with."""
+        return type(self).__name__
+
+
+class TrainingError(DiT4DiTError, RuntimeError):
+    """Training cannot go on (non-finite loss, unusable resume state); the message says what to do."""

@@ -7,3 +7,5 @@ class ConfigError(DiT4DiTError, ValueError):
     """A config file, key or value the user has to fix; the message says how (one line, exit status 2)."""
 
     exit_code = 2
+    same_on_every_rank = True
+    label = "config error"

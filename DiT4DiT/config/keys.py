@@ -6,6 +6,7 @@ optional and says what the loader must enforce, so no other module re-parses or 
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,9 @@ def _size(path: str, value: Any) -> int:
 def _check_value(path: str, key: Key, value: Any) -> None:
     if key.choices and value not in key.choices:
         choices = ", ".join(map(str, key.choices))
-        raise ConfigError(f"{path}: {value!r} is not one of {choices}")
+        close = difflib.get_close_matches(str(value), [str(c) for c in key.choices], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{path}: {value!r} is not one of {choices}{hint}")
     if key.min is not None and not value >= key.min:
         raise ConfigError(f"{path}: must be at least {key.min}, got {value!r}")
     if key.max is not None and not value <= key.max:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import Key, coerce
@@ -26,6 +27,12 @@ TRAINING_MODES = ("joint", "action", "video")
 FUTURE_LOSS_TYPES = ("flow_matching", "latent_flow_matching", "rectified_flow", "rf", "pixel_l1", "pixel_mse", "latent_mse")
 TIME_DISTRIBUTIONS = ("logit_normal", "uniform")
 VIDEO_BACKENDS = ("pyav", "torchcodec")
+# transformers' get_scheduler names that need nothing beyond warm-up and total steps (and the cosine floor);
+# reduce_lr_on_plateau (a metric per step) and warmup_stable_decay (decay steps) do not fit the loop.
+LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr", "linear", "cosine", "cosine_with_restarts",
+                 "polynomial", "constant", "constant_with_warmup", "inverse_sqrt")
+MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")  # read scheduler_specific_kwargs.min_lr
+MAX_SEED = 2**32 - 1  # numpy's seed range (set_seed seeds numpy with seed + rank)
 # The original's decoders: decord has no aarch64 wheels and torchvision's reader is deprecated; PyAV reads the
 # same frames (torchvision_av is PyAV underneath).
 VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
@@ -41,7 +48,7 @@ OPEN_NODES = {"trainer.learning_rate": Key(1e-4, "learning rate of the named mod
 SCHEMA: dict = {
     "run_id": Key("dit4dit_run", "name of the run; the run directory is <run_root_dir>/<run_id>"),
     "run_root_dir": Key("./runs", "parent folder of run directories"),
-    "seed": Key(42, "base random seed (each process adds its rank)", min=0),
+    "seed": Key(42, "base random seed (each process adds its rank)", min=0, max=MAX_SEED),
     "trackers": Key(["jsonl", "wandb"], "metric sinks: any of jsonl, wandb", choices=TRACKERS),
     "wandb_entity": Key(None, "wandb entity (team or user)", kind="str"),
     "wandb_project": Key("dit4dit", "wandb project"),
@@ -142,7 +149,7 @@ SCHEMA: dict = {
             "backbone_interface": Key(1e-5, "learning rate of the video backbone", min=0.0),
             "action_model": Key(1e-4, "learning rate of the action head", min=0.0),
         },
-        "lr_scheduler_type": Key("cosine_with_min_lr", "transformers scheduler name"),
+        "lr_scheduler_type": Key("cosine_with_min_lr", "transformers scheduler name", choices=LR_SCHEDULERS),
         "scheduler_specific_kwargs": {
             "min_lr": Key(5e-7, "floor of the cosine schedule (as a rate relative to learning_rate.base)", min=0.0),
         },
@@ -303,7 +310,7 @@ def normalize_cli_overrides(tokens: list[str]) -> list[str]:
 def _typed(cfg: DictConfig) -> None:
     """Every value takes its key's type (or a ConfigError names the key); aliases are noted once each."""
     for path, key in KNOWN_KEYS.items():
-        value = OmegaConf.select(cfg, path)
+        value = _resolved(cfg, path)
         typed, note = coerce(path, key, OmegaConf.to_object(value) if isinstance(value, ListConfig) else value)
         if note:
             warnings.warn(note, OriginalKeysWarning, stacklevel=3)
@@ -313,9 +320,19 @@ def _typed(cfg: DictConfig) -> None:
             OmegaConf.update(cfg, f"{node}.{name}", coerce(f"{node}.{name}", key, value)[0])
 
 
+def _resolved(cfg: DictConfig, path: str) -> Any:
+    """The value at `path` with its ${...} references resolved; a reference that does not resolve is a ConfigError."""
+    try:
+        return OmegaConf.select(cfg, path)
+    except OmegaConfBaseException as error:
+        reason = str(error).splitlines()[0]
+        raise ConfigError(f"{path}: {reason}; a ${{...}} reference must name a config key that exists "
+                          f"(e.g. ${{run_id}}) or be removed") from None
+
+
 def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
     """Defaults, then the YAML file, then CLI dotlist overrides; every key typed and every rule checked."""
-    from DiT4DiT.config.validate import check_rules  # validate reads the key tree defined here
+    from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
 
     cfg = default_config()
     if config_yaml is not None:
@@ -326,7 +343,7 @@ def load_config(config_yaml: str | Path | None, overrides: list[str] | None = No
     if overrides:
         cfg = OmegaConf.merge(cfg, accept_known_keys(OmegaConf.from_dotlist(overrides), "command line"))
     _typed(cfg)
-    cfg.output_dir = str(Path(cfg.run_root_dir) / cfg.run_id)
+    cfg.output_dir = str(run_dir_of(cfg.run_root_dir, cfg.run_id))
     check_rules(cfg)
     OmegaConf.set_readonly(cfg, True)  # checked once, so nothing may change it afterwards
     return cfg

@@ -35,6 +35,20 @@ def check_action_dims(cfg: DictConfig) -> None:
              f"datasets.vla_data.max_state_dim={data.max_state_dim} (or 0 for no state)")
 
 
+def run_dir_of(run_root_dir: str, run_id: str) -> Path:
+    """<run_root_dir>/<run_id>, where run_id is one folder name that stays inside run_root_dir."""
+    bad = next((part for part in ("/", "\\", "\0") if part in run_id), None)
+    reason = f"it contains {bad!r}" if bad else "it names no folder of its own"
+    _require(run_id not in ("", ".", "..") and bad is None,
+             f"run_id {run_id!r} is not a folder name ({reason}); a run id is one path component such as my_run_01 "
+             "(choose the parent folder with --run_root_dir)")
+    root = Path(run_root_dir)
+    _require(root.resolve() in (root / run_id).resolve().parents,
+             f"run_id {run_id!r}: {root / run_id} resolves to {(root / run_id).resolve()}, outside run_root_dir "
+             f"{root.resolve()} (a symbolic link?); pick another --run_id")
+    return root / run_id
+
+
 def check_rules(cfg: DictConfig) -> None:
     """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
@@ -77,6 +91,15 @@ def check_rules(cfg: DictConfig) -> None:
              "move_old_run starts a new one there; unset one of them")
 
 
+def check_folder_path(key: str, folder: Path) -> None:
+    """`folder` is a folder or can become one: neither it nor any parent is a file."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            _require(path.is_dir(), f"{key}: '{path}' is a file, not a folder"
+                     + (f" (in the path '{folder}')" if path != folder else "") + "; point it at a folder")
+            return
+
+
 def validate_training_config(cfg: DictConfig) -> list[str]:
     """The folders and files a training launch reads exist (ConfigError otherwise); warnings for odd but legal values."""
     cosmos, data, trainer = cfg.framework.cosmos25, cfg.datasets.vla_data, cfg.trainer
@@ -86,6 +109,8 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
              f"Download it with: {download_command(cosmos.base_model)}  (or generate the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out {cosmos.base_model})")
     _require(data.data_root_dir is not None, "datasets.vla_data.data_root_dir is not set: pass --datasets.vla_data.data_root_dir DIR")
     _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
+    if data.cache_dir is not None:
+        check_folder_path("datasets.vla_data.cache_dir", Path(data.cache_dir).expanduser())
     if trainer.pretrained_checkpoint:
         _require(Path(trainer.pretrained_checkpoint).is_file(),
                  f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")

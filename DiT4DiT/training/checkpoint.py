@@ -30,6 +30,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT import atomic_files
+from DiT4DiT.errors import DiT4DiTError
 
 STATE_SUFFIX = "_training_state"
 _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
@@ -38,7 +39,7 @@ MANIFEST = "manifest"
 HASH_CHUNK = 16 * 2**20
 
 
-class DiskFullError(RuntimeError):
+class DiskFullError(DiT4DiTError, RuntimeError):
     """A save failed for lack of space; the message names the path and what to do."""
 
 

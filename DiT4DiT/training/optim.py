@@ -8,7 +8,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import get_scheduler
 
-from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.config.schema import MIN_LR_SCHEDULERS, ConfigError
 
 
 def build_param_groups(model: nn.Module, learning_rate: DictConfig) -> list[dict]:
@@ -56,7 +56,7 @@ def _absent_by_design(model: nn.Module, path: str) -> bool:
 
 def build_lr_scheduler(optimizer: Optimizer, trainer_cfg: DictConfig) -> LambdaLR:
     """transformers' named schedule with warm-up, stepped once per optimizer step."""
-    kwargs = dict(trainer_cfg.scheduler_specific_kwargs) if trainer_cfg.lr_scheduler_type == "cosine_with_min_lr" else {}
+    kwargs = dict(trainer_cfg.scheduler_specific_kwargs) if trainer_cfg.lr_scheduler_type in MIN_LR_SCHEDULERS else {}
     return get_scheduler(
         trainer_cfg.lr_scheduler_type,
         optimizer=optimizer,

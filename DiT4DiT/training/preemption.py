@@ -14,6 +14,8 @@ import signal
 import torch
 import torch.distributed as dist
 
+from DiT4DiT.errors import DiT4DiTError
+
 log = logging.getLogger(__name__)
 
 # sysexits.h EX_TEMPFAIL: "temporary failure, the user is invited to retry" (continue with --trainer.is_resume true).
@@ -28,7 +30,7 @@ def ignore_stop_signals(worker_id: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-class Preempted(Exception):
+class Preempted(DiT4DiTError):
     """Training stopped on a signal after saving a training state."""
 
     exit_code = EXIT_PREEMPTED

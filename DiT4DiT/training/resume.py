@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,11 @@ _ABSENT = object()
 _WEIGHTS_FILE = re.compile(r"^steps_(\d+)_pytorch_model\.pt$")
 
 
-class ResumeError(RuntimeError):
+class ResumeError(DiT4DiTError, RuntimeError):
     """Resume cannot continue this run as asked; nothing was written. Exit status 2."""
 
     exit_code = 2
+    same_on_every_rank = True  # decided from shared files, the answer broadcast
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
+from DiT4DiT.errors import DiT4DiTError
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "run.lock"
@@ -26,10 +28,11 @@ LAUNCHER_LOG = "train.log"
 RUN_MARKERS = ("config.yaml", "checkpoints", "final_model", "metrics.jsonl", "summary.jsonl", "dataset_statistics.json")
 
 
-class RunDirError(RuntimeError):
+class RunDirError(DiT4DiTError, RuntimeError):
     """The run directory cannot be used as asked; nothing was written. Exit status 2."""
 
     exit_code = 2
+    same_on_every_rank = True  # decided from shared files, the answer broadcast
 
 
 def run_markers(run_dir: Path) -> list[str]:

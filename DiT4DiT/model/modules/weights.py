@@ -12,8 +12,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from DiT4DiT.errors import DiT4DiTError
 
-class CheckpointMismatchError(ValueError):
+
+class CheckpointMismatchError(DiT4DiTError, ValueError):
     """A weights file that does not fit the model built from its config."""
 
 
