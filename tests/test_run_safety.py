@@ -195,7 +195,7 @@ def test_weights_only_resume_picks_the_newest_weights(tmp_path):
     for step in (5, 40, 100):
         (tmp_path / f"steps_{step}_pytorch_model.pt").write_bytes(b"")
     (tmp_path / "steps_7_pytorch_model.pt.tmp").write_bytes(b"")
-    assert resume.newest_weights(tmp_path) == (100, tmp_path / "steps_100_pytorch_model.pt")
+    assert ckpt.newest_weights(tmp_path) == (100, tmp_path / "steps_100_pytorch_model.pt")
 
 
 # --- signals ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from accelerate.state import AcceleratorState, GradientState
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.sampler import ResumableBatchOrder
-from DiT4DiT.training.train import Run, TrainingError, main, train_step
+from DiT4DiT.errors import TrainingError
+from DiT4DiT.training.train import main, train_step
 
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 
@@ -41,7 +42,8 @@ def _run(micro_batches, accumulation, model):
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
     model, optimizer = accelerator.prepare(model, optimizer)
     order = ResumableBatchOrder(len(micro_batches), 1, 0, 1, cfg.seed)
-    values = train_step(Run(cfg, accelerator, model, optimizer, scheduler, order), micro_batches, 0)
+    values = train_step(micro_batches, 0, model=model, optimizer=optimizer, scheduler=scheduler, accelerator=accelerator,
+                        cfg=cfg, batch_order=order)
     return accelerator.unwrap_model(model), values
 
 

@@ -176,6 +176,8 @@ SCHEMA: dict = {
                               kind="str"),
         "save_full_state_dict": Key(False, "checkpoints include frozen modules (text encoder, VAE) too"),
         "keep_last_states": Key(2, "training states kept for resume (older ones are deleted)", min=1),
+        "allow_unsafe_zero_overlap": Key(False, "keep ZeRO-1/2 overlap_comm on a DeepSpeed before 0.19.0, which can "
+                                         "corrupt gradients with it (off: it is turned off with a warning)"),
         "mixed_precision": Key("bf16", "autocast dtype of every autocast site: bf16, or no (fp32 throughout)",
                                choices=("bf16", "no"), aliases={"false": "no", "fp32": "no"}),
     },

@@ -8,9 +8,15 @@ Layout (the original's names, plus the training states it lacks):
 A file appears under its final name only once complete (temp file or folder + rename), so a run killed
 while saving still has its previous checkpoint intact.
 
+`Checkpointer` is the one home of what a training state holds: it saves one (weights, every rank's share,
+manifest, publish, retention), finds and verifies the state to resume from, restores it, and writes the final
+model; the functions below it are the file formats it is made of.
+
 Integrity: a training state's completion marker (trainer_state.json) lists every file of the state and its
 weights file with size and sha256. Resume verifies them before anything is loaded, so a file this trainer did
-not write (or one cut short or altered since) is never unpickled; DeepSpeed's own loader needs pickle.
+not write (or one cut short or altered since) is never unpickled; DeepSpeed's own loader needs pickle. The
+files this trainer writes itself are also opened with torch.load(weights_only=True, mmap=True) (the pickle is
+read, the tensors are not), so a state whose manifest was forged to match a planted pickle is refused too.
 """
 
 from __future__ import annotations
@@ -18,29 +24,172 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
+import pickle
 import random
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, broadcast_object_list, gather_object
 from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT import atomic_files
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import DiT4DiTError, TrainingError
+
+log = logging.getLogger(__name__)
 
 STATE_SUFFIX = "_training_state"
 _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest"
 HASH_CHUNK = 16 * 2**20
+DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed, with pickle)
+_WEIGHTS_FILE = re.compile(r"^steps_(\d+)_pytorch_model\.pt$")
 
 
 class DiskFullError(DiT4DiTError, RuntimeError):
     """A save failed for lack of space; the message names the path and what to do."""
+
+
+class ResumeError(DiT4DiTError, RuntimeError):
+    """Resume cannot continue this run as asked; nothing was written. Exit status 2."""
+
+    exit_code = 2
+    same_on_every_rank = True  # decided from shared files, the answer gathered
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The verified state a run continues from."""
+
+    step: int
+    weights: Path  # steps_N_pytorch_model.pt
+    state: Path | None  # the training state folder; None for a weights-only resume
+    num_processes: int | None  # of the run that wrote the state (None for weights only)
+
+    @property
+    def weights_only(self) -> bool:
+        return self.state is None
+
+
+class Checkpointer:
+    """Saves, finds, verifies and restores this run's training states, and writes its final model.
+
+    Collective where noted: every rank calls those together. `left_out` are the module paths checkpoints
+    leave out (frozen modules, which reload from the base snapshot).
+    """
+
+    def __init__(self, accelerator: Accelerator, run_dir: Path, left_out: list[str], keep_last: int):
+        self.accelerator, self.run_dir, self.left_out, self.keep_last = accelerator, run_dir, left_out, keep_last
+        self.checkpoints_dir = run_dir / "checkpoints"
+        self.deepspeed = accelerator.distributed_type == DistributedType.DEEPSPEED
+
+    def state_dir(self, step: int) -> Path:
+        return state_dir(self.checkpoints_dir, step)
+
+    # --- resume ---------------------------------------------------------------------------------------------
+
+    def find(self, weights_only_fallback: bool) -> Resume:
+        """Collective. The newest state whose files pass verification (a refused one falls back to the previous,
+        with a warning); else, when asked, the newest weights file; else ResumeError."""
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        rejected = []
+        for state in reversed(completed_states(self.checkpoints_dir)):
+            # Every rank checks its share of the files; all ranks get every problem (the same answer everywhere).
+            problems = [problem for share in gather_object([verify_share(state, rank, world)]) for problem in share]
+            if problems:
+                log.warning("training state %s fails its manifest check and is not used (falling back to the "
+                            "previous state, if any):\n  %s", state, "\n  ".join(problems[:5]))
+                rejected.append(f"{state.name}: {problems[0]}")
+                continue
+            trainer_state = read_trainer_state(state)
+            return Resume(trainer_state["step"], self.checkpoints_dir / trainer_state["weights"], state,
+                          trainer_state["num_processes"])
+        if weights_only_fallback:
+            return self._newest_weights_only()
+        found = f"; states refused: {'; '.join(rejected)}" if rejected else ""
+        raise ResumeError(
+            f"trainer.is_resume is set but {self.checkpoints_dir} holds no complete, verified training state{found}. "
+            "Check --run_id and --run_root_dir; start a new run without --trainer.is_resume; or continue from the "
+            "newest steps_N_pytorch_model.pt with a fresh optimizer: --trainer.resume_weights_only true"
+        )
+
+    def _newest_weights_only(self) -> Resume:
+        newest = newest_weights(self.checkpoints_dir) if self.checkpoints_dir.is_dir() else None
+        if newest is None:
+            raise ResumeError(f"trainer.resume_weights_only: {self.checkpoints_dir} holds no steps_N_pytorch_model.pt; "
+                              "check --run_id and --run_root_dir")
+        step, weights = newest
+        log.warning("WEIGHTS-ONLY RESUME from %s: step %d, learning-rate schedule fast-forwarded, but a FRESH optimizer "
+                    "(AdamW moments start at zero), fresh random state and no exact data position; the run will not "
+                    "match an uninterrupted one", weights, step)
+        return Resume(step, weights, None, None)
+
+    def restore(self, state: Path, model, optimizer, scheduler) -> None:
+        """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
+        if self.deepspeed:
+            model.load_checkpoint(str(state), tag=DEEPSPEED_TAG, load_module_strict=False)
+        else:
+            optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
+        scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
+        try:
+            load_rank_rng(state, self.accelerator.process_index, self.accelerator.device)
+        except FileNotFoundError as error:  # raised on purpose: this rank has no RNG state in a smaller run's state
+            raise TrainingError(str(error)) from None
+
+    # --- save -----------------------------------------------------------------------------------------------
+
+    def save(self, step: int, model, optimizer, scheduler) -> Path:
+        """Collective: weights from the main process, every rank's share of the training state, a manifest
+        hashed by all ranks, published atomically; older states beyond keep_last are deleted."""
+        accelerator, checkpoints_dir = self.accelerator, self.checkpoints_dir
+        is_main = accelerator.is_main_process
+        staging = staging_dir(checkpoints_dir, step)
+        weights = weights_path(checkpoints_dir, step)
+        state_dict = accelerator.get_state_dict(model)  # every rank: ZeRO-3 gathers the shards here
+        if is_main:
+            save_weights(weights_to_save(state_dict, self.left_out), weights)
+            append_summary(self.run_dir, step)
+            discard_partial(staging)
+        accelerator.wait_for_everyone()
+        main_only = {"scheduler": scheduler if is_main else None}
+        if self.deepspeed:
+            space_checked(staging, lambda: model.save_checkpoint(str(staging), tag=DEEPSPEED_TAG,
+                                                                 exclude_frozen_parameters=True))
+        else:
+            main_only["optimizer"] = optimizer if is_main else None
+        save_rank_state(staging, accelerator.process_index, accelerator.device, **main_only)
+        accelerator.wait_for_everyone()
+        # Every rank hashes a share of the files (the list comes from the main process, so all hash the same list).
+        names = broadcast_object_list([manifest_names(staging, weights) if is_main else None])[0]
+        shares = gather_object([manifest_share(staging, names, accelerator.process_index, accelerator.num_processes)])
+        if is_main:
+            trainer_state = {"step": step, "weights": weights.name, "num_processes": accelerator.num_processes,
+                             MANIFEST: {name: digest for share in shares for name, digest in share.items()}}
+            publish_state(checkpoints_dir, step, trainer_state, keep_last=self.keep_last)
+        accelerator.wait_for_everyone()
+        return self.state_dir(step)
+
+    def save_final(self, model) -> Path:
+        """Collective: final_model/pytorch_model.pt, the weights the export and the policy server read."""
+        path = self.run_dir / "final_model" / "pytorch_model.pt"
+        state_dict = self.accelerator.get_state_dict(model)  # every rank: ZeRO-3 gathers the shards here
+        if self.accelerator.is_main_process:
+            save_weights(weights_to_save(state_dict, self.left_out), path)
+        return path
+
+
+def newest_weights(checkpoints_dir: Path) -> tuple[int, Path] | None:
+    found = [(int(m.group(1)), p) for p in checkpoints_dir.glob("steps_*_pytorch_model.pt")
+             if (m := _WEIGHTS_FILE.match(p.name))]
+    return max(found) if found else None
 
 
 def explain_disk_full(error: BaseException, path: Path) -> str | None:
@@ -189,7 +338,19 @@ def verify_share(state: Path, rank: int, world: int) -> list[str]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the manifest says {expected['size']}")
         elif file_digest(path)["sha256"] != expected["sha256"]:
             problems.append(f"{path}: sha256 differs from the manifest")
+        elif path.suffix == ".pt" and not name.startswith(DEEPSPEED_TAG + "/") and (refusal := tensor_file_refusal(path)):
+            problems.append(f"{path}: {refusal}")
     return problems
+
+
+def tensor_file_refusal(path: Path) -> str | None:
+    """Why torch.load(weights_only=True) refuses `path`, or None. Memory-mapped: only the pickle is read."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({first[:120]})"
+    return None
 
 
 def discard_partial(staging: Path) -> None:

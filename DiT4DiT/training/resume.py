@@ -1,11 +1,8 @@
-"""Strict resume: continue exactly what the run directory holds, or refuse and say why.
+"""Strict resume: what a resumed run must keep from the run it continues.
 
-- `--trainer.is_resume true` needs a complete, verified training state (the newest whose files match its
-  manifest; a damaged one falls back to the previous with a warning). None -> ResumeError (exit 2), unless
-  `--trainer.resume_weights_only true` asks to continue from the newest steps_N_pytorch_model.pt (also a run
-  of the original DiT4DiT): step N, the learning-rate schedule fast-forwarded, a fresh optimizer.
+Which state to continue from (verified, or weights only) is the Checkpointer's (DiT4DiT/training/checkpoint.py).
 - Keys that change the model, the data order or the statistics must equal the saved config.yaml, unless
-  named in `--trainer.resume_allow_changes`.
+  named in `--trainer.resume_allow_changes`; a change is a ResumeError (exit 2).
 - The run's saved dataset_statistics.json stays its statistics: the data's normalisers are rebuilt from it.
 """
 
@@ -13,17 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from accelerate.utils import gather_object
 from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
-from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training import checkpoint as ckpt
+from DiT4DiT.training.checkpoint import ResumeError
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +45,6 @@ COMPARED_KEYS = (
 )
 NUM_PROCESSES = "num_processes"
 _ABSENT = object()
-_WEIGHTS_FILE = re.compile(r"^steps_(\d+)_pytorch_model\.pt$")
-
-
-class ResumeError(DiT4DiTError, RuntimeError):
-    """Resume cannot continue this run as asked; nothing was written. Exit status 2."""
-
-    exit_code = 2
-    same_on_every_rank = True  # decided from shared files, the answer broadcast
-
-
-@dataclass(frozen=True)
-class Resume:
-    step: int
-    weights: Path  # steps_N_pytorch_model.pt
-    state: Path | None  # the training state folder; None for a weights-only resume
-
-    @property
-    def weights_only(self) -> bool:
-        return self.state is None
 
 
 def _leaves(cfg: DictConfig, key: str) -> dict[str, object]:
@@ -123,56 +98,6 @@ def check_config_unchanged(cfg: DictConfig, run_dir: Path, saved_processes: int 
             f"resume would change what the run in {run_dir} depends on (model shape, data order or statistics):\n  "
             + "\n  ".join(changes) + f"\nSet them back, or start a new run with another --run_id{hint}"
         )
-
-
-def _verified_problems(state: Path, rank: int, world: int) -> list[str]:
-    """Every rank checks its share of the files; all ranks get every problem (the same answer everywhere)."""
-    return [problem for share in gather_object([ckpt.verify_share(state, rank, world)]) for problem in share]
-
-
-def newest_weights(checkpoints_dir: Path) -> tuple[int, Path] | None:
-    found = [(int(m.group(1)), p) for p in checkpoints_dir.glob("steps_*_pytorch_model.pt")
-             if (m := _WEIGHTS_FILE.match(p.name))]
-    return max(found) if found else None
-
-
-def find_resume(cfg: DictConfig, run_dir: Path, rank: int, world: int) -> Resume | None:
-    """The verified state to continue from (all ranks call this together), or None without trainer.is_resume."""
-    if not cfg.trainer.is_resume:
-        return None
-    checkpoints_dir = run_dir / "checkpoints"
-    rejected = []
-    for state in reversed(ckpt.completed_states(checkpoints_dir)):
-        problems = _verified_problems(state, rank, world)
-        if problems:
-            log.warning("training state %s fails its manifest check and is not used (falling back to the previous "
-                        "state, if any):\n  %s", state, "\n  ".join(problems[:5]))
-            rejected.append(f"{state.name}: {problems[0]}")
-            continue
-        trainer_state = ckpt.read_trainer_state(state)
-        check_config_unchanged(cfg, run_dir, trainer_state["num_processes"], world)
-        return Resume(trainer_state["step"], checkpoints_dir / trainer_state["weights"], state)
-    if cfg.trainer.resume_weights_only:
-        return _weights_only(cfg, run_dir, checkpoints_dir, world)
-    found = f"; states refused: {'; '.join(rejected)}" if rejected else ""
-    raise ResumeError(
-        f"trainer.is_resume is set but {checkpoints_dir} holds no complete, verified training state{found}. Check "
-        "--run_id and --run_root_dir; start a new run without --trainer.is_resume; or continue from the newest "
-        "steps_N_pytorch_model.pt with a fresh optimizer: --trainer.resume_weights_only true"
-    )
-
-
-def _weights_only(cfg: DictConfig, run_dir: Path, checkpoints_dir: Path, world: int) -> Resume:
-    newest = newest_weights(checkpoints_dir) if checkpoints_dir.is_dir() else None
-    if newest is None:
-        raise ResumeError(f"trainer.resume_weights_only: {checkpoints_dir} holds no steps_N_pytorch_model.pt; check "
-                          "--run_id and --run_root_dir")
-    check_config_unchanged(cfg, run_dir, None, world)
-    step, weights = newest
-    log.warning("WEIGHTS-ONLY RESUME from %s: step %d, learning-rate schedule fast-forwarded, but a FRESH optimizer "
-                "(AdamW moments start at zero), fresh random state and no exact data position; the run will not "
-                "match an uninterrupted one", weights, step)
-    return Resume(step, weights, None)
 
 
 def fast_forward(scheduler, steps: int) -> None:

@@ -1,0 +1,267 @@
+"""The Trainer: built complete in one place (`__init__`: resume, data, model, optimizer, schedule), then `train()`.
+
+train.py hands it the two device-specific pieces the NPU patch edits, `build_optimizer` and `train_step`, so
+this file holds no device code. What a saved training state holds is the Checkpointer's (checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set_seed
+from omegaconf import DictConfig
+
+from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.validate import has_action_head
+from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
+from DiT4DiT.errors import TrainingError
+from DiT4DiT.model.framework import build_framework
+from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
+from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
+from DiT4DiT.model.modules.weights import load_trained_weights
+from DiT4DiT.training import preemption, resume as resumption
+from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save_config
+from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve
+from DiT4DiT.training.optim import build_lr_scheduler
+from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
+from DiT4DiT.training.zero_safety import make_overlap_safe
+
+log = logging.getLogger("dit4dit.train")
+
+
+def build_accelerator(cfg: DictConfig) -> Accelerator:
+    """From the launch configuration (accelerate launch --config_file ...), plus what our config decides."""
+    # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
+    # No buffer needs syncing (they are constants), and the released text encoder's are empty.
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
+    accelerator = Accelerator(gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp])
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        # No dataloader goes through accelerator.prepare (we shard batches ourselves for exact resume), so
+        # DeepSpeed cannot infer these "auto" values; the clip norm comes from our config, not the JSON.
+        ds_config = accelerator.state.deepspeed_plugin.deepspeed_config
+        micro, accumulation = cfg.datasets.vla_data.per_device_batch_size, cfg.trainer.gradient_accumulation_steps
+        ds_config["train_micro_batch_size_per_gpu"] = micro
+        ds_config["gradient_accumulation_steps"] = accumulation
+        ds_config["train_batch_size"] = micro * accumulation * accelerator.num_processes
+        ds_config["gradient_clipping"] = cfg.trainer.gradient_clipping
+        make_overlap_safe(ds_config, cfg.trainer.allow_unsafe_zero_overlap)
+    return accelerator
+
+
+class Trainer:
+    """Everything one training run needs, ready when the constructor returns; `train()` runs the loop.
+
+    Collective: every rank builds its Trainer together (resume verification, prompt encoding and the
+    accelerate preparation talk to the other ranks).
+    """
+
+    def __init__(self, cfg: DictConfig, accelerator: Accelerator,
+                 build_optimizer: Callable[[torch.nn.Module, DictConfig], torch.optim.Optimizer], train_step: Callable):
+        settings, data_cfg = cfg.trainer, cfg.datasets.vla_data
+        self.cfg, self.settings, self.accelerator, self.train_step = cfg, settings, accelerator, train_step
+        self.run_dir = Path(cfg.output_dir)
+        is_main, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(cfg), settings.keep_last_states)
+        resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
+        if resume:
+            resumption.check_config_unchanged(cfg, self.run_dir, resume.num_processes, world)
+        self.start_step = resume.step if resume else 0
+
+        # Data: the same initial weights on every rank (per-rank randomness is seeded further down). Both splits
+        # from one pass; one process per node indexes while the others wait, then read its cache.
+        set_seed(cfg.seed)
+        with accelerator.local_main_process_first():
+            datasets = build_vla_datasets(cfg, ("train", "eval") if has_action_head(cfg) else ("train",))
+        train_set, eval_set = datasets["train"], datasets.get("eval")
+        self.batch_order = ResumableBatchOrder(len(train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)
+        statistics = self.run_dir / "dataset_statistics.json"
+        if resume:  # the run's statistics stay its statistics
+            resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], statistics, is_main)
+        elif is_main:
+            save_dataset_statistics(train_set.statistics(), statistics)
+            save_config(cfg, self.run_dir / "config.yaml")
+
+        # Model, optimizer, schedule; then the saved optimizer state and RNG, or the schedule fast-forwarded.
+        model = build_model(cfg, resume, self.checkpointer.deepspeed)
+        optimizer = build_optimizer(model, settings)
+        self.scheduler = build_lr_scheduler(optimizer, settings)
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
+        self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
+                                       accelerator)
+        if resume and not resume.weights_only:
+            self.checkpointer.restore(resume.state, self.model, self.optimizer, self.scheduler)
+            log.info("resumed from %s at step %d", resume.state, self.start_step)
+        else:
+            resumption.fast_forward(self.scheduler, self.start_step)
+            set_seed(cfg.seed + rank)
+
+        start_micro_step = self.start_step * settings.gradient_accumulation_steps
+        self.batches = iterate_batches(train_set, self.batch_order, start_micro_step, data_cfg.num_workers, collate_fn)
+        self.window = DeviceWindow()  # every rank sums its values on the device
+        self.eval_batch, self.logger = None, None  # the main process evaluates and writes the metrics
+        if is_main:
+            if eval_set is not None:
+                self.eval_batch = fixed_eval_batch(eval_set, data_cfg.per_device_batch_size, cfg.seed)
+            if resume:
+                resumption.trim_metrics(self.run_dir, self.start_step)
+            self.logger = MetricsLogger(cfg, self.run_dir, self.start_step)
+            self.banner(len(train_set))
+
+    @property
+    def unwrapped(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+    def train(self) -> Path:
+        settings, last = self.settings, self.settings.max_train_steps
+        with contextlib.ExitStack() as cleanup:
+            if self.logger is not None:
+                cleanup.callback(self.logger.close)
+            stop = preemption.StopSignal().install()
+            cleanup.callback(stop.uninstall)
+            # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
+            # interpreter's exit could not stop them if the iterator were still alive then.
+            cleanup.callback(self.batches.close)
+            for step in range(self.start_step, last):
+                data_start = time.perf_counter()
+                micro_batches = [next(self.batches) for _ in range(settings.gradient_accumulation_steps)]
+                model_start = time.perf_counter()
+                values = self.train_step(micro_batches, step, model=self.model, optimizer=self.optimizer,
+                                         scheduler=self.scheduler, accelerator=self.accelerator, cfg=self.cfg,
+                                         batch_order=self.batch_order)
+                done = step + 1
+                self.log_step(values, {"data_time": model_start - data_start,
+                                       "model_time": time.perf_counter() - model_start}, done)
+                if self.eval_batch is not None and due(done, settings.eval_interval, last):
+                    self.logger.log({"step": done, "eval_action_mse": eval_action_mse(self.unwrapped, self.eval_batch)})
+                stopping = stop.agreed() and done < last
+                if due(done, settings.save_interval, last) or stopping:
+                    self.checkpointer.save(done, self.model, self.optimizer, self.scheduler)
+                if stopping:
+                    raise preemption.Preempted(stop.signal_name, done, self.checkpointer.state_dir(done))
+            self.save_final_model()
+        if self.accelerator.is_main_process:
+            plot_loss_curve(self.run_dir)
+            log.info("done: %s", self.run_dir)
+        self.accelerator.wait_for_everyone()
+        return self.run_dir
+
+    def log_step(self, values: dict[str, torch.Tensor], timings: dict[str, float], done: int) -> None:
+        """Collective on log steps: the step's device values join the window; every logging_frequency steps the
+        window is reduced over ranks (mean, plus the loss maxima) and the main process writes one metrics record."""
+        settings, accumulation = self.settings, self.settings.gradient_accumulation_steps
+        self.window.add(values)
+        log_now = due(done, settings.logging_frequency, settings.max_train_steps)
+        reduced = self.window.reduce(self.accelerator.gather) if log_now else None
+        if self.logger is None:
+            return
+        samples = self.cfg.datasets.vla_data.per_device_batch_size * accumulation * self.accelerator.num_processes
+        self.logger.record(timings, samples=samples)
+        self.logger.advance(done)
+        if reduced is not None:
+            lrs = {f"learning_rate/{g['name']}": g["lr"] for g in self.optimizer.param_groups}
+            epoch = {"epoch": self.batch_order.position(done * accumulation)[0]}
+            self.logger.flush(done, reduced | lrs | peak_memory_mb(self.accelerator.device) | epoch)
+
+    def save_final_model(self) -> None:
+        """Collective: checks that the replicas agree, then writes final_model/pytorch_model.pt."""
+        checksums = replica_weight_checksums(self.accelerator, self.unwrapped)
+        if self.logger is not None:
+            self.logger.log({"step": self.settings.max_train_steps, "replica_weight_checksums": checksums})
+        self.checkpointer.save_final(self.model)
+
+    def banner(self, training_samples: int) -> None:
+        cfg, accelerator = self.cfg, self.accelerator
+        params = list(self.unwrapped.parameters())
+        trainable = sum(p.numel() for p in params if p.requires_grad)
+        total = sum(p.numel() for p in params)
+        batch, accumulation = cfg.datasets.vla_data.per_device_batch_size, self.settings.gradient_accumulation_steps
+        log.info(
+            "run dir %s | %d process(es), %s | batch %d/process x %d processes x %d accumulation = %d samples/step | "
+            "%d training samples | parameters: %.2fM trainable of %.2fM | mode %s | steps %d -> %d",
+            self.run_dir, accelerator.num_processes, accelerator.distributed_type.value, batch, accelerator.num_processes,
+            accumulation, batch * accelerator.num_processes * accumulation, training_samples, trainable / 1e6,
+            total / 1e6, cfg.framework.cosmos25.training, self.start_step, self.settings.max_train_steps,
+        )
+
+
+def due(done: int, interval: int, last: int) -> bool:
+    return done % interval == 0 or done == last
+
+
+def prefixes(paths: list[str]) -> tuple[str, ...]:
+    return tuple(path + "." for path in paths)
+
+
+def build_model(cfg: DictConfig, resume: Resume | None, deepspeed: bool) -> torch.nn.Module:
+    """The framework with its frozen modules, warm-started or resumed."""
+    model = build_framework(cfg)
+    frozen = freeze_modules(model, cfg.trainer.freeze_modules)
+    if cfg.trainer.pretrained_checkpoint:
+        load_pretrained(model, cfg.trainer, frozen)
+    if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
+        load_trained_weights(model, load_weights(resume.weights), resume.weights, may_be_missing=prefixes(frozen))
+    return model
+
+
+def load_pretrained(model: torch.nn.Module, settings: DictConfig, frozen: list[str]) -> None:
+    """Warm start from `trainer.pretrained_checkpoint`: all its weights, or only `trainer.reload_modules`."""
+    path = Path(settings.pretrained_checkpoint)
+    state = load_weights(path)
+    modules = module_paths(settings.reload_modules)
+    if modules:
+        listed = prefixes(modules)
+        state = {k: v for k, v in state.items() if k.startswith(listed)}
+        if not state:
+            raise ConfigError(f"trainer.reload_modules: {path} holds no weights under {modules}")
+        # The listed modules must load completely; everything else keeps its freshly built weights.
+        others = tuple(k for k in model.state_dict() if not k.startswith(listed))
+        load_trained_weights(model, state, path, may_be_missing=others)
+    else:
+        load_trained_weights(model, state, path, may_be_missing=prefixes(frozen))
+    log.info("loaded %d tensors from %s", len(state), path)
+
+
+@torch.no_grad()
+def eval_action_mse(model: torch.nn.Module, batch: list[dict]) -> float:
+    """Masked MSE of predicted vs. true normalised action chunks on the fixed held-out batch, in eval mode."""
+    was_training = model.training
+    model.eval()
+    predicted = model.predict_action(batch)["normalized_actions"]
+    model.train(was_training)
+    target = np.stack([example["action"] for example in batch])
+    mask = np.stack([example["action_mask"] for example in batch])
+    return float(((predicted - target) ** 2 * mask).sum() / mask.sum())
+
+
+def fixed_eval_batch(eval_set, batch_size: int, seed: int) -> list[dict]:
+    """The same held-out samples at every eval, drawn from their own generator (the training RNG is untouched)."""
+    generator = torch.Generator().manual_seed(seed)
+    indices = torch.randperm(len(eval_set), generator=generator)[:batch_size].tolist()
+    return collate_fn([eval_set[i] for i in indices])
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """Host peak RSS of the run so far; device peak of the logging window (reset here)."""
+    stats = {"host_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if device.type != "cpu":
+        stats["device_peak_mb"] = torch.get_device_module(device).max_memory_allocated(device) / 2**20
+        torch.get_device_module(device).reset_peak_memory_stats(device)
+    return stats
+
+
+def replica_weight_checksums(accelerator: Accelerator, model: torch.nn.Module) -> list[float]:
+    """One checksum of the trainable weights per rank; replicas that drifted apart stop the run."""
+    local = torch.stack([p.detach().double().sum() for p in model.parameters() if p.requires_grad]).sum()
+    checksums = accelerator.gather(local.reshape(1).to(accelerator.device)).tolist()
+    if len(set(checksums)) > 1:
+        raise TrainingError(f"the ranks ended with different weights (checksums {checksums}); this is a bug, please report it")
+    return checksums
