@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -332,6 +333,17 @@ def _resolved(cfg: DictConfig, path: str) -> Any:
                           f"(e.g. ${{run_id}}) or be removed") from None
 
 
+def _parsed(source: str, parse) -> DictConfig:
+    """YAML text parsed by `parse`; text YAML cannot read is a ConfigError naming where and what."""
+    try:
+        return parse()
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f", line {where.line + 1}" if where is not None and source != "command line" else ""
+        reason = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise ConfigError(f"{source}{line}: not valid YAML ({reason}); fix the text there") from None
+
+
 def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
     """Defaults, then the YAML file, then CLI dotlist overrides; every key typed and every rule checked."""
     from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
@@ -341,9 +353,10 @@ def load_config(config_yaml: str | Path | None, overrides: list[str] | None = No
         path = Path(config_yaml)
         if not path.is_file():
             raise ConfigError(f"--config_yaml {path}: no such file; pass a YAML such as DiT4DiT/config/tiny/dit4dit_tiny.yaml")
-        cfg = OmegaConf.merge(cfg, accept_known_keys(OmegaConf.load(path), str(path)))
+        cfg = OmegaConf.merge(cfg, accept_known_keys(_parsed(str(path), lambda: OmegaConf.load(path)), str(path)))
     if overrides:
-        cfg = OmegaConf.merge(cfg, accept_known_keys(OmegaConf.from_dotlist(overrides), "command line"))
+        given = _parsed("command line", lambda: OmegaConf.from_dotlist(overrides))
+        cfg = OmegaConf.merge(cfg, accept_known_keys(given, "command line"))
     _typed(cfg)
     cfg.output_dir = str(run_dir_of(cfg.run_root_dir, cfg.run_id))
     check_rules(cfg)
