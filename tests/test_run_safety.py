@@ -240,3 +240,44 @@ def test_a_run_without_saved_statistics_gets_the_current_ones(tiny_robotwin_root
     dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
     resume.use_saved_statistics([dataset], tmp_path / "dataset_statistics.json", is_main=True)
     assert json.loads((tmp_path / "dataset_statistics.json").read_text()) == dataset.statistics()
+
+
+# --- a forged training state (the manifest rewritten to match a planted file) -----------------------------
+
+class _Planted:
+    def __reduce__(self):  # would run on unpickling; weights_only refuses it first
+        return (Path.touch, (Path("/nonexistent/planted-pickle-ran"),))
+
+
+def _forge(state: Path, name: str) -> None:
+    torch.save({"state": _Planted()}, state / name)
+    trainer_state = ckpt.read_trainer_state(state)
+    trainer_state[ckpt.MANIFEST][name] = ckpt.file_digest(state / name)
+    (state / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+
+
+def test_a_forged_state_is_named_and_the_previous_one_is_used(tmp_path, caplog):
+    from accelerate import Accelerator
+
+    checkpoints = tmp_path / "checkpoints"
+    older, newer = published_state(checkpoints, 10), published_state(checkpoints, 20)
+    _forge(newer, "rng_rank0.pt")
+    (problem,) = ckpt.verify_share(newer, 0, 1)
+    assert problem.startswith(f"{newer / 'rng_rank0.pt'}: refused by torch.load(weights_only=True)")
+    assert "\n" not in problem
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    with caplog.at_level(logging.WARNING):
+        found = checkpointer.find(weights_only_fallback=False)
+    assert (found.step, found.state) == (10, older)
+    assert "steps_20_training_state fails its manifest check" in caplog.text and "rng_rank0.pt: refused" in caplog.text
+
+
+def test_a_forged_only_state_is_a_resume_error_naming_the_file(tmp_path):
+    from accelerate import Accelerator
+
+    state = published_state(tmp_path / "checkpoints", 10)
+    _forge(state, "rng_rank0.pt")
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    with pytest.raises(ckpt.ResumeError, match=r"states refused: steps_10_training_state: .*rng_rank0\.pt: refused by "
+                                               r"torch\.load\(weights_only=True\)"):
+        checkpointer.find(weights_only_fallback=False)
