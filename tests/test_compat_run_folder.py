@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 RELOADED_FROM_SNAPSHOT = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
 # Keys of our resolved config that the original's config tracker never writes (they are ours, or unaccessed).
 NOT_IN_ORIGINAL_RUN_CONFIG = ("trackers", "wandb_mode", "framework.cosmos25.prompt_cache",
-                              "framework.cosmos25.local_files_only", "framework.cosmos25.revision",
+                              "framework.cosmos25.local_files_only",
                               "datasets.vla_data.cache_dir", "datasets.vla_data.holdout_episodes",
                               "trainer.keep_last_states", "trainer.save_full_state_dict", "trainer.mixed_precision")
 

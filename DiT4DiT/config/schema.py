@@ -59,7 +59,6 @@ SCHEMA: dict = {
         "name": Key("DiT4DiT", "registered framework class to build"),
         "cosmos25": {
             "base_model": Key(None, "local folder of a diffusers Cosmos2_5_PredictBasePipeline snapshot", kind="str"),
-            "revision": Key("diffusers/base/post-trained", "hub revision the snapshot was downloaded from"),
             "local_files_only": Key(True, "never contact the hub; only local folders are read"),
             "torch_dtype": Key("bfloat16", "dtype of every pipeline module", choices=("bfloat16", "float16", "float32")),
             "attn_implementation": Key("sdpa", "text-encoder attention; flash_attention_2 falls back to sdpa where "
@@ -90,7 +89,6 @@ SCHEMA: dict = {
             "state_dim": Key(64, "state width seen by the model (equals datasets.vla_data.max_state_dim); 0 = no state",
                              min=0),
             "future_action_window_size": Key(7, "action chunk = future_action_window_size + 1 steps", min=0),
-            "past_action_window_size": Key(0, "past action steps (only 0 is supported)", choices=(0,)),
             "action_horizon": Key(8, "steps predicted at inference (future_action_window_size + 1)", min=1),
             "add_pos_embed": Key(True, "add a learned position embedding to the action tokens"),
             "max_seq_len": Key(1024, "size of the action position-embedding table", min=1),
@@ -104,7 +102,6 @@ SCHEMA: dict = {
                 "dropout": Key(0.2, "dropout in attention outputs and feed-forward", min=0.0, max=1.0),
                 "final_dropout": Key(True, "extra dropout after each attention"),
                 "interleave_self_attention": Key(True, "odd blocks self-attend, even blocks cross-attend"),
-                "norm_type": Key("ada_norm", "block normalisation (ada_norm)", choices=("ada_norm",)),
                 "num_layers": Key(16, "number of DiT blocks", min=1),
                 "output_dim": Key(2560, "DiT output width", min=1),
                 "positional_embeddings": Key(None, "per-block positional embedding (null = none)", kind="str"),
@@ -115,7 +112,6 @@ SCHEMA: dict = {
     },
     "datasets": {
         "vla_data": {
-            "dataset_py": Key("lerobot_datasets", "data loader family", choices=("lerobot_datasets",)),
             "data_root_dir": Key(None, "folder holding the datasets named by the mixture", kind="str"),
             "data_mix": Key("robotwin", "named mixture of datasets"),
             "per_device_batch_size": Key(4, "samples per process per micro-step", min=1),
@@ -129,8 +125,6 @@ SCHEMA: dict = {
             "video_backend": Key("pyav", "frame decoder: pyav or torchcodec (the original's torchvision_av, decord "
                                  "and opencv decode with pyav)", choices=VIDEO_BACKENDS, aliases=VIDEO_BACKEND_ALIASES,
                                  alias_note="is the original's decoder; frames are decoded with"),
-            "lerobot_version": Key("v2.0", "dataset layout (each folder's meta/info.json decides how it is read)",
-                                   choices=("v2.0", "v2.1", "v3.0")),
             "num_workers": Key(2, "DataLoader worker processes", min=0),
             "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)",
                                     min=0),
@@ -204,6 +198,13 @@ UNUSED_BY_THE_ORIGINAL = (
     "trainer.resume_step",
     "trainer.enable_gradient_checkpointing",
     "trainer.enable_mixed_precision_training",
+    # Read by nobody here either: the snapshot is a local folder, the action head has no past actions and only
+    # ada_norm blocks, there is one data loader family, and each dataset's meta/info.json gives its layout.
+    "framework.cosmos25.revision",
+    "framework.action_model.past_action_window_size",
+    "framework.action_model.diffusion_model_cfg.norm_type",
+    "datasets.vla_data.dataset_py",
+    "datasets.vla_data.lerobot_version",
 )
 # The original's launch scripts pass framework keys under this prefix; the original then ignores them.
 MISPLACED_PREFIX = "trainer."

@@ -73,13 +73,14 @@ def allowed_changes(cfg: DictConfig) -> set[str]:
 def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) -> list[str]:
     """'key: old -> new' for each compared key that differs and is not allowed (by itself or a section).
 
-    Keys the saved config lacks (an older trainer's, or the original DiT4DiT's) are not compared.
+    Keys the saved config lacks (an older trainer's, or the original DiT4DiT's) are not compared, nor keys the
+    current config no longer has (read by nobody, see UNUSED_BY_THE_ORIGINAL in the schema).
     """
     changes = []
     for key in COMPARED_KEYS:
         old, new = _leaves(saved, key), _leaves(current, key)
-        for leaf in sorted(old):
-            if old.get(leaf) != new.get(leaf) and not any(leaf == a or leaf.startswith(a + ".") for a in allowed):
+        for leaf in sorted(old.keys() & new.keys()):
+            if old[leaf] != new[leaf] and not any(leaf == a or leaf.startswith(a + ".") for a in allowed):
                 changes.append(f"{leaf}: {old.get(leaf)!r} -> {new.get(leaf)!r}")
     return changes
 
