@@ -73,7 +73,7 @@ SCHEMA: dict = {
             "training": Key("joint", "joint (action + video losses), action (no video loss) or video (no action head)",
                             choices=TRAINING_MODES),
             "prompt_cache": Key(True, "run the text encoder once per unique instruction and reuse the embedding"),
-            "prompt_store_dir": Key(None, "prompt-embedding store (default: <datasets.vla_data.cache_dir>/prompt_embeddings); local disk per node or a shared filesystem"),
+            "prompt_store_dir": Key(None, "prompt-embedding store (default: <datasets.vla_data.cache_dir>/prompt_embeddings); local disk per node or a shared filesystem", kind="str"),
             "flow_matching": {
                 "time_distribution": Key("logit_normal", "video flow-matching time", choices=TIME_DISTRIBUTIONS),
                 "high_sigma_ratio": Key(0.05, "probability of drawing t from [high_sigma_min, 1]; null disables",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from collections.abc import Mapping
+
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import get_scheduler
 
 from DiT4DiT.config.schema import MIN_LR_SCHEDULERS, ConfigError
+from DiT4DiT.config.sections import TrainerSection
 
 
-def build_param_groups(model: nn.Module, learning_rate: DictConfig) -> list[dict]:
+def build_param_groups(model: nn.Module, learning_rate: Mapping[str, float]) -> list[dict]:
     """One group per module path named in `trainer.learning_rate` (YAML order), the rest in group `base`.
 
     Frozen parameters are left out entirely, so the optimizer holds no state for them.
@@ -36,7 +38,7 @@ def build_param_groups(model: nn.Module, learning_rate: DictConfig) -> list[dict
             groups.append({"params": params, "lr": float(lr), "name": name})
     rest = [p for p in model.parameters() if p.requires_grad and id(p) not in claimed]
     if rest:
-        groups.append({"params": rest, "lr": float(learning_rate.base), "name": "base"})
+        groups.append({"params": rest, "lr": float(learning_rate["base"]), "name": "base"})
     if not groups:
         raise ConfigError("trainer.freeze_modules froze every parameter: nothing is left to train")
     return groups
@@ -54,9 +56,10 @@ def _absent_by_design(model: nn.Module, path: str) -> bool:
     return False
 
 
-def build_lr_scheduler(optimizer: Optimizer, trainer_cfg: DictConfig) -> LambdaLR:
+def build_lr_scheduler(optimizer: Optimizer, trainer_cfg: TrainerSection) -> LambdaLR:
     """transformers' named schedule with warm-up, stepped once per optimizer step."""
-    kwargs = dict(trainer_cfg.scheduler_specific_kwargs) if trainer_cfg.lr_scheduler_type in MIN_LR_SCHEDULERS else {}
+    min_lr = {"min_lr": trainer_cfg.scheduler_specific_kwargs.min_lr}
+    kwargs = min_lr if trainer_cfg.lr_scheduler_type in MIN_LR_SCHEDULERS else {}
     return get_scheduler(
         trainer_cfg.lr_scheduler_type,
         optimizer=optimizer,

@@ -23,6 +23,7 @@ from accelerate.utils import DistributedType
 from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
+from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.config.validate import validate_training_config
 from DiT4DiT.errors import DiT4DiTError, TrainingError
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
@@ -47,10 +48,10 @@ def parse_config(argv: list[str] | None) -> DictConfig:
     return load_config(args.config_yaml, normalize_cli_overrides(overrides))
 
 
-def build_optimizer(model: torch.nn.Module, trainer_cfg: DictConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, trainer_cfg: TrainerSection) -> torch.optim.Optimizer:
     return torch.optim.AdamW(
         build_param_groups(model, trainer_cfg.learning_rate),
-        lr=trainer_cfg.learning_rate.base,
+        lr=trainer_cfg.learning_rate["base"],
         betas=tuple(trainer_cfg.optimizer.betas),
         eps=trainer_cfg.optimizer.eps,
         weight_decay=trainer_cfg.optimizer.weight_decay,

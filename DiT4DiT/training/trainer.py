@@ -20,6 +20,8 @@ from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
 from DiT4DiT.errors import TrainingError
@@ -64,8 +66,8 @@ class Trainer:
     """
 
     def __init__(self, cfg: DictConfig, accelerator: Accelerator,
-                 build_optimizer: Callable[[torch.nn.Module, DictConfig], torch.optim.Optimizer], train_step: Callable):
-        settings, data_cfg = cfg.trainer, cfg.datasets.vla_data
+                 build_optimizer: Callable[[torch.nn.Module, TrainerSection], torch.optim.Optimizer], train_step: Callable):
+        settings, data_cfg = section(cfg.trainer, TrainerSection), cfg.datasets.vla_data
         self.cfg, self.settings, self.accelerator, self.train_step = cfg, settings, accelerator, train_step
         self.run_dir = Path(cfg.output_dir)
         is_main, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
@@ -206,17 +208,17 @@ def build_model(cfg: DictConfig, resume: Resume | None, deepspeed: bool) -> torc
     model = build_framework(cfg)
     frozen = freeze_modules(model, cfg.trainer.freeze_modules)
     if cfg.trainer.pretrained_checkpoint:
-        load_pretrained(model, cfg.trainer, frozen)
+        load_pretrained(model, cfg.trainer.pretrained_checkpoint, cfg.trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
         load_trained_weights(model, load_weights(resume.weights), resume.weights, may_be_missing=prefixes(frozen))
     return model
 
 
-def load_pretrained(model: torch.nn.Module, settings: DictConfig, frozen: list[str]) -> None:
+def load_pretrained(model: torch.nn.Module, checkpoint: str, reload_modules: str | None, frozen: list[str]) -> None:
     """Warm start from `trainer.pretrained_checkpoint`: all its weights, or only `trainer.reload_modules`."""
-    path = Path(settings.pretrained_checkpoint)
+    path = Path(checkpoint)
     state = load_weights(path)
-    modules = module_paths(settings.reload_modules)
+    modules = module_paths(reload_modules)
     if modules:
         listed = prefixes(modules)
         state = {k: v for k, v in state.items() if k.startswith(listed)}
