@@ -21,6 +21,7 @@ from DiT4DiT.model.framework import build_framework, register_framework
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
+from DiT4DiT.model.modules.host_to_device import to_device
 from DiT4DiT.model.modules.prompt_store import Ranks
 from DiT4DiT.model.modules.weights import load_trained_weights
 
@@ -66,17 +67,17 @@ class DiT4DiT(nn.Module):
     def _state(self, examples: list[dict], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
         if "state" not in examples[0] or self.action_model.state_encoder is None:
             return None
-        return _stack_field(examples, "state").to(device=device, dtype=dtype)
+        return to_device(_stack_field(examples, "state"), device, dtype)
 
     def _action_loss(self, features: torch.Tensor, examples: list[dict]) -> torch.Tensor:
         dtype, device = self.action_model.dtype, features.device
-        actions = _stack_field(examples, "action").to(device=device, dtype=dtype)
+        actions = to_device(_stack_field(examples, "action"), device, dtype)
         if actions.shape[1] != self.chunk_len:
             raise ValueError(
                 f"examples carry {actions.shape[1]} action steps but the model expects "
                 f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}"
             )
-        mask = _stack_field(examples, "action_mask").to(device=device, dtype=torch.bool)
+        mask = to_device(_stack_field(examples, "action_mask"), device, torch.bool)
         state = self._state(examples, dtype, device)
         repeats = self.repeated_diffusion_steps
         return self.action_model(
