@@ -21,6 +21,7 @@ from torch import nn
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.facts import latent_frame_count, num_output_frames
 from DiT4DiT.model.freezing import module_paths
+from DiT4DiT.model.modules.cosmos_attention import use_our_attention
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
@@ -133,6 +134,7 @@ class CosmosFeatureExtractor(nn.Module):
         self.text_encoder = components.text_encoder
         self.vae = components.vae
         self.transformer = components.transformer
+        use_our_attention(self.transformer)  # diffusers' math without the no-op K/V copy; fused RoPE on NPU
         self.tokenizer = components.tokenizer
         self.scheduler = components.scheduler
         # Non-persistent buffers: they move with the model (no copy per step) and stay out of checkpoints (they

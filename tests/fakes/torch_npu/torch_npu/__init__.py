@@ -20,6 +20,7 @@ if os.environ.get("FAKE_TORCH_NPU_BROKEN") == "import":
     raise ImportError("libascendcl.so: cannot open shared object file: No such file or directory")
 
 from torch_npu import npu
+from torch_npu.ops import CALLS, npu_rotary_mul  # noqa: F401  torch_npu's fused kernels
 
 torch.utils.rename_privateuse1_backend("npu")
 torch._register_device_module("npu", npu)
