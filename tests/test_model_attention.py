@@ -35,7 +35,7 @@ def test_outputs_and_gradients_equal_diffusers_processor_on_cpu():
     theirs = build_transformer()
     ours = copy.deepcopy(theirs)
     assert use_our_attention(ours) == 2 * TRANSFORMER_LAYERS  # self- and cross-attention of every block
-    inputs = transformer_inputs()
+    inputs = transformer_inputs(theirs.config)
     expected, expected_grads = output_and_grads(theirs, inputs)
     got, grads = output_and_grads(ours, inputs)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
@@ -55,10 +55,10 @@ def test_the_no_op_repeat_interleave_of_k_and_v_is_skipped(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "repeat_interleave", counting)
     model = build_transformer()
     with torch.no_grad():
-        model(**transformer_inputs())
+        model(**transformer_inputs(model.config))
         theirs = len(calls)
         use_our_attention(model)
-        model(**transformer_inputs())
+        model(**transformer_inputs(model.config))
     assert theirs == 2 * 2 * TRANSFORMER_LAYERS  # diffusers: K and V, in both attentions of every block
     assert len(calls) == theirs  # ours added none
 
@@ -83,9 +83,9 @@ from helpers.cosmos_inputs import transformer_inputs
 model = build_transformer()
 use_our_attention(model)
 with torch.no_grad():
-    model(**transformer_inputs())
+    model(**transformer_inputs(model.config))
     cpu_calls = torch_npu.CALLS["npu_rotary_mul"]
-    inputs = {k: v.to("meta") if torch.is_tensor(v) else v for k, v in transformer_inputs().items()}
+    inputs = transformer_inputs(model.config, device="meta")
     out = model.to("meta")(**inputs)[0]
 print(cpu_calls, torch_npu.CALLS["npu_rotary_mul"], tuple(out.shape))
 """
