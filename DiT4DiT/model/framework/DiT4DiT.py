@@ -17,12 +17,13 @@ from torch import nn
 
 from DiT4DiT.config.schema import ConfigError, load_config
 from DiT4DiT.config.validate import has_action_head
+from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import build_framework, register_framework
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.host_to_device import to_device
-from DiT4DiT.model.modules.prompt_store import Ranks
+from DiT4DiT.model.modules.prompt_store import Ranks, prompt_store_root
 from DiT4DiT.model.modules.weights import load_trained_weights
 
 
@@ -52,7 +53,12 @@ class DiT4DiT(nn.Module):
         self.autocast_enabled = autocast_enabled(config)
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
         head = build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim) if has_action_head(config) else None
-        self.backbone_interface = CosmosBackboneInterface(config)
+        vla = config.datasets.vla_data
+        self.backbone_interface = CosmosBackboneInterface(
+            config.framework.cosmos25,
+            num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
+            prompt_store_dir=prompt_store_root(config),
+        )
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
 

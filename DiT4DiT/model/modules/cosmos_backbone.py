@@ -12,6 +12,7 @@ import itertools
 import logging
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,14 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.facts import latent_frame_count, num_output_frames
+from DiT4DiT.facts import latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
-from DiT4DiT.model.modules.prompt_store import (FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity,
-                                                 prompt_store_root)
+from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
 
 log = logging.getLogger(__name__)
 
@@ -396,11 +396,14 @@ class CosmosFeatureExtractor(nn.Module):
 
 
 class CosmosBackboneInterface(nn.Module):
-    """Reads the config, loads the pipeline, and turns example frames into the extractor's inputs."""
+    """Loads the pipeline that `framework.cosmos25` names and turns example frames into the extractor's inputs.
 
-    def __init__(self, cfg):
+    `num_frames_out` (frames per sample, from the data section) and `prompt_store_dir` (where the store lives) are
+    the two values it needs from outside its section; the framework derives them.
+    """
+
+    def __init__(self, cosmos, num_frames_out: int, prompt_store_dir: Path):
         super().__init__()
-        cosmos = cfg.framework.cosmos25
         self.training_mode = cosmos.training
         fm = cosmos.flow_matching
         # Everything checkable from the folder's configs is checked before the (large) weights load.
@@ -416,8 +419,7 @@ class CosmosBackboneInterface(nn.Module):
                 f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
                 f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}"
             )
-        vla = cfg.datasets.vla_data
-        self.num_frames_out = num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio)
+        self.num_frames_out = num_frames_out
         if self.training_mode == "video" and latent_frame_count(self.num_frames_out, shape.temporal_factor) < 2:
             raise ConfigError(
                 f"framework.cosmos25.training=video needs at least {1 + shape.temporal_factor} frames per sample, "
@@ -432,7 +434,7 @@ class CosmosBackboneInterface(nn.Module):
         )
         store = None
         if cosmos.prompt_cache:
-            store = PromptStore(prompt_store_root(cfg), encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
+            store = PromptStore(prompt_store_dir, encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
                                 components.text_encoder.dtype)
         self.extractor = CosmosFeatureExtractor(
             components,
