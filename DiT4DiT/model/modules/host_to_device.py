@@ -13,7 +13,9 @@ import torch
 
 
 def _pins(device: torch.device) -> bool:
-    return device.type != "cpu" and torch.accelerator.is_available()
+    """Whether `device` is an accelerator with a runtime here: torch.cuda, or torch.npu once torch_npu is loaded."""
+    runtime = getattr(torch, device.type, None) if device.type != "cpu" else None
+    return runtime is not None and hasattr(runtime, "is_available") and runtime.is_available()
 
 
 def to_device(host: torch.Tensor, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
