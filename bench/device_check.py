@@ -388,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     device = select_device("auto") if args.full_size else torch.device("cpu")
+    if args.full_size and device.type == "cpu":
+        print("device_check: --full-size needs a CUDA GPU or an NPU and found neither; use --tiny on a CPU host",
+              file=sys.stderr)
+        return 2
     if args.tiny:
         torch.set_num_threads(1)
     report = Report(args.out, time.monotonic() + (TOTAL_BUDGET_S if args.full_size else TINY_LIMIT_S))
