@@ -148,8 +148,8 @@ def substituted_backbone(shape: PipelineShape, components: CosmosComponents):
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if device.type != "cpu":  # torch.cuda, or torch.npu (registered by torch_npu)
+        getattr(torch, device.type).synchronize(device)
 
 
 def step_seconds(model, examples, optimizer, device: torch.device) -> float:
@@ -166,8 +166,8 @@ def step_seconds(model, examples, optimizer, device: torch.device) -> float:
 
 
 def peak_memory_mib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
+    if device.type != "cpu":
+        return getattr(torch, device.type).max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
@@ -196,8 +196,8 @@ def measure(model, examples, device: torch.device, steps: int, block: int = 5) -
     peaks = {}
 
     def run(name: str, count: int) -> None:
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        if device.type != "cpu":
+            getattr(torch, device.type).reset_peak_memory_stats(device)
         times[name].extend(step_seconds(model, examples, optimizer, device) for _ in range(count))
         peaks[name] = max(peaks.get(name, 0.0), peak_memory_mib(device))
 
@@ -216,7 +216,7 @@ def measure(model, examples, device: torch.device, steps: int, block: int = 5) -
     if device.type != "cpu":
         # Every instruction is stored, so the text encoder is released, as the trainer does.
         extractor.prepare_prompts(instructions, Ranks(), release_encoder=True)
-        torch.cuda.empty_cache()
+        getattr(torch, device.type).empty_cache()
         times["store on, text encoder released"] = []
         run("store on, text encoder released", steps)
     embedding = store.embedding(instructions[0])

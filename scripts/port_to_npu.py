@@ -6,8 +6,9 @@
     python scripts/port_to_npu.py CHECKOUT --check [--patch F]   # fail if patches/dit4dit_npu.patch is stale
 
 The device surface of DiT4DiT is two files: `training/train.py` and `model/framework/DiT4DiT.py`.
-In each, the tool inserts a guarded `torch_npu` / `transfer_to_npu` import with small helpers, and
-turns every `torch.autocast("cuda", ...)` into `_npu_autocast(...)`: autocast on npu, falling
+In each, the tool inserts a guarded `torch_npu` / `transfer_to_npu` import with small helpers (only a
+host without torch_npu falls back to CPU/CUDA; an installed torch_npu that fails to load stops the run
+with one line naming the failed import and the fix), and turns every `torch.autocast("cuda", ...)` into `_npu_autocast(...)`: autocast on npu, falling
 back to the device in use when torch_npu is missing. In train.py it also adds `fused=True` to
 `torch.optim.AdamW(...)` and runs the `__main__` body inside the mx_driving patcher.
 
@@ -39,14 +40,37 @@ EXPECTED_AUTOCASTS = {TRAIN: 1, FRAMEWORK: 4}
 DEFAULT_PATCH = Path(__file__).resolve().parent.parent / "patches" / "dit4dit_npu.patch"
 REGENERATE = "python scripts/port_to_npu.py . --emit-patch patches/dit4dit_npu.patch"
 
-# The launcher greps for the second import line to tell that a tree is patched: keep it verbatim.
+# The launcher greps for the transfer_to_npu import line to tell that a tree is patched: keep it verbatim.
+# Only a host without torch_npu falls back; an installed torch_npu that fails to load (no CANN environment, a
+# dependency such as setuptools missing) stops the run, since going on would train without the NPU unnoticed.
+# ERROR_BASE is DiT4DiTError in a checkout that has DiT4DiT/errors.py, RuntimeError in an original one.
 GUARDED_IMPORT = '''
-try:
-    import torch_npu  # noqa: F401  registers the "npu" device with torch
-    from torch_npu.contrib import transfer_to_npu  # noqa: F401  maps cuda calls onto npu
+
+class TorchNpuImportError(ERROR_BASE):
+    """torch_npu is installed but does not load: the run stops instead of going on without the NPU."""
+
+    exit_code = 1
+
+
+if importlib.util.find_spec("torch_npu") is None:  # a CPU/CUDA host: _autocast_device() warns once, falls back
+    _TORCH_NPU_IMPORT_ERROR = ModuleNotFoundError("No module named 'torch_npu'")
+else:
+    _TORCH_NPU_STEP = "import torch_npu"
+    try:
+        import torch_npu  # noqa: F401  registers the "npu" device with torch
+        _TORCH_NPU_STEP = "from torch_npu.contrib import transfer_to_npu"
+        from torch_npu.contrib import transfer_to_npu  # noqa: F401  maps cuda calls onto npu
+    except Exception as _error:
+        _stop = TorchNpuImportError(
+            f"torch_npu is installed but `{_TORCH_NPU_STEP}` failed ({_error!r}); source CANN's set_env.sh and "
+            "install requirements-npu.txt (torch_npu must match CANN and torch), or uninstall torch-npu to run "
+            "on CPU/CUDA"
+        )
+        if __name__ == "__main__":  # the entry point: one line, not a traceback
+            print(f"TorchNpuImportError: {_stop}", file=sys.stderr)
+            sys.exit(_stop.exit_code)
+        raise _stop from _error
     _TORCH_NPU_IMPORT_ERROR = None
-except ImportError as _error:  # a CPU/CUDA host: _autocast_device() reports it and falls back
-    _TORCH_NPU_IMPORT_ERROR = _error
 '''
 
 # Shared by both files, so it is generated from this one template.
@@ -145,7 +169,11 @@ def _mx_driving_patcher():
         yield
 '''
 
-HELPER_IMPORTS = {FRAMEWORK: ("functools", "warnings"), TRAIN: ("contextlib", "functools", "logging", "os", "sys", "warnings")}
+HELPER_IMPORTS = {
+    FRAMEWORK: ("functools", "importlib.util", "sys", "warnings"),
+    TRAIN: ("contextlib", "functools", "importlib.util", "logging", "os", "sys", "warnings"),
+}
+ERROR_BASE_IMPORT = "from DiT4DiT.errors import DiT4DiTError"
 
 
 class PortError(Exception):
@@ -234,9 +262,10 @@ def _is_dist_import(stmt: ast.stmt) -> bool:
 
 
 def _is_guarded_import(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Try) and any(
+    """A top-level block (try, if) around `import torch_npu`: ours, or one written by hand."""
+    return isinstance(stmt, (ast.Try, ast.If)) and any(
         isinstance(inner, ast.Import) and any(alias.name == "torch_npu" for alias in inner.names)
-        for inner in stmt.body
+        for inner in ast.walk(stmt)
     )
 
 
@@ -256,13 +285,19 @@ def _helpers_for(rel: str) -> str:
     return AUTOCAST_HELPERS + (PATCHER_HELPER if rel == TRAIN else "")
 
 
-def _stdlib_imports(rel: str, tree: ast.Module) -> str:
-    """`import x` lines for the helpers' modules that the file does not import yet."""
+def _block_imports(rel: str, tree: ast.Module, error_base: str) -> str:
+    """Import lines for the helpers' modules (and the error base) that the file does not import yet."""
     present = {alias.name for stmt in tree.body if isinstance(stmt, ast.Import) for alias in stmt.names}
-    return "".join(f"import {name}\n" for name in HELPER_IMPORTS[rel] if name not in present)
+    lines = [f"import {name}\n" for name in HELPER_IMPORTS[rel] if name not in present]
+    from_errors = any(isinstance(stmt, ast.ImportFrom) and stmt.module == "DiT4DiT.errors"
+                      and any(alias.name == "DiT4DiTError" and alias.asname is None for alias in stmt.names)
+                      for stmt in tree.body)
+    if error_base == "DiT4DiTError" and not from_errors:
+        lines.append(ERROR_BASE_IMPORT + "\n")
+    return "".join(lines)
 
 
-def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
+def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported, error_base: str) -> list[_Edit]:
     """The guarded import after `import torch.distributed as dist` (else the last torch import),
     and the helpers after the last top-level import that precedes the first def/class."""
     body = tree.body
@@ -285,7 +320,7 @@ def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> li
     helpers_at = text.line_end(body[last_import].end_lineno)
     result.changes.append(f"{rel}:{anchor.end_lineno}: guarded torch_npu / transfer_to_npu import")
     result.changes.append(f"{rel}:{body[last_import].end_lineno}: NPU helpers ({', '.join(_helper_names(rel))})")
-    guarded = _stdlib_imports(rel, tree) + GUARDED_IMPORT
+    guarded = _block_imports(rel, tree, error_base) + GUARDED_IMPORT.replace("ERROR_BASE", error_base)
     if anchor.end_lineno < len(text.lines) and text.lines[anchor.end_lineno].strip():
         guarded += "\n"  # keep a blank line between the block and the imports that follow
     if helpers_at == guarded_at:
@@ -375,14 +410,18 @@ def _main_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list
     return [_Edit(start, end, f"{indent}with _mx_driving_patcher():\n{reindented}")]
 
 
-def port_source(rel: str, source: str) -> Ported:
-    """Port one of the two files; `rel` is its path relative to the checkout root."""
+def port_source(rel: str, source: str, error_base: str = "RuntimeError") -> Ported:
+    """Port one of the two files; `rel` is its path relative to the checkout root.
+
+    `error_base` is the base of the TorchNpuImportError the ported file raises: DiT4DiTError where the checkout
+    has DiT4DiT/errors.py (see error_base_of), RuntimeError in an original checkout.
+    """
     try:
         tree = ast.parse(source, filename=rel)
     except SyntaxError as error:
         raise PortError(f"{rel} is not valid Python (line {error.lineno}): {error.msg}") from error
     text, result = _Text(source), Ported(source)
-    edits = _header_edits(rel, tree, text, result) + _autocast_edits(rel, tree, text, result)
+    edits = _header_edits(rel, tree, text, result, error_base) + _autocast_edits(rel, tree, text, result)
     if rel == TRAIN:
         edits += _adamw_edits(rel, tree, text, result) + _main_edits(rel, tree, text, result)
     if result.missing:
@@ -406,10 +445,17 @@ def read_checkout(checkout: Path) -> dict[str, str]:
     return {rel: (checkout / rel).read_text(encoding="utf-8") for rel in (TRAIN, FRAMEWORK)}
 
 
+def error_base_of(checkout: Path) -> str:
+    """DiT4DiTError where the checkout defines it (this repository), else RuntimeError (the original)."""
+    errors = checkout / "DiT4DiT" / "errors.py"
+    return "DiT4DiTError" if errors.is_file() and "class DiT4DiTError(" in errors.read_text(encoding="utf-8") else "RuntimeError"
+
+
 def port_checkout(checkout: Path) -> dict[str, Ported]:
     """Port both files in memory; PortError lists every missing site, then every broken post-condition."""
     sources = read_checkout(checkout)
-    results = {rel: port_source(rel, source) for rel, source in sources.items()}
+    base = error_base_of(checkout)
+    results = {rel: port_source(rel, source, base) for rel, source in sources.items()}
     missing = [line for result in results.values() for line in result.missing]
     if missing:
         raise PortError("expected sites not found:\n  " + "\n  ".join(missing))
@@ -478,7 +524,7 @@ def _cuda_autocast_problems(rel: str, tree: ast.Module) -> list[str]:
 
 def _undefined_helper_problems(rel: str, tree: ast.Module, source: str) -> list[str]:
     """Names the ported code relies on (its helpers, their flag and modules) that the file never binds."""
-    needed = set(_helper_names(rel)) | {"_TORCH_NPU_IMPORT_ERROR", "torch", *HELPER_IMPORTS[rel]}
+    needed = set(_helper_names(rel)) | {"_TORCH_NPU_IMPORT_ERROR", "torch", *(m.split(".")[0] for m in HELPER_IMPORTS[rel])}
     module = symtable.symtable(source, rel, "exec")
     bound = {s.get_name() for s in module.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
     used = {}

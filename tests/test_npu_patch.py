@@ -168,6 +168,39 @@ def test_training_error_is_not_chained_to_the_missing_mx_driving(tmp_path, porte
     assert "During handling of the above exception" not in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("broken, step, cause", [
+    ("import", "import torch_npu", "ImportError('libascendcl.so: cannot open shared object file"),
+    ("transfer_to_npu", "from torch_npu.contrib import transfer_to_npu",
+     "ModuleNotFoundError(\"No module named 'setuptools'\")"),
+])
+def test_an_installed_torch_npu_that_fails_to_load_stops_with_one_line(tmp_path, ported_fixture, broken, step, cause):
+    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
+                                 env={"FAKE_TORCH_NPU_BROKEN": broken})
+    assert report["exit"] == 1 and report["autocast"] == {}  # stopped before training, not a CPU run
+    assert result.stderr.splitlines() == [
+        f"TorchNpuImportError: torch_npu is installed but `{step}` failed ({cause}"
+        + result.stderr.split(cause, 1)[1].splitlines()[0]
+    ]
+    assert "uninstall torch-npu to run on CPU/CUDA" in result.stderr and "torch_npu is not importable" not in result.stderr
+
+
+@pytest.mark.slow
+def test_our_patched_framework_raises_a_dit4dit_error_when_imported_with_a_broken_torch_npu(tmp_path):
+    """Imported (not run), the patched module raises; in this repository the error is a DiT4DiTError."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "DiT4DiT", tree / "DiT4DiT", ignore=shutil.ignore_patterns("__pycache__"))
+    assert subprocess.run(["git", "apply", str(PATCH)], cwd=tree, capture_output=True).returncode == 0
+    probe = ("from DiT4DiT.errors import DiT4DiTError\n"
+             "try:\n    import DiT4DiT.model.framework.DiT4DiT\n"
+             "except DiT4DiTError as error:\n    print(type(error).__name__, error.exit_code, repr(error.__cause__))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TORCH_NPU), str(tree)]),
+           "FAKE_TORCH_NPU_BROKEN": "transfer_to_npu"}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tree, capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.stdout.strip() == "TorchNpuImportError 1 ModuleNotFoundError(\"No module named 'setuptools'\")", result.stderr
+
+
 def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
     """Our own train.py and DiT4DiT.py, patched with the checked-in patch, train two steps with the fakes."""
     tree = tmp_path / "tree"

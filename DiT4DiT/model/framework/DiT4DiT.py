@@ -17,11 +17,13 @@ from torch import nn
 
 from DiT4DiT.config.schema import ConfigError, load_config
 from DiT4DiT.config.validate import has_action_head
+from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import build_framework, register_framework
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
-from DiT4DiT.model.modules.prompt_store import Ranks
+from DiT4DiT.model.modules.host_to_device import to_device
+from DiT4DiT.model.modules.prompt_store import Ranks, prompt_store_root
 from DiT4DiT.model.modules.weights import load_trained_weights
 
 
@@ -51,7 +53,12 @@ class DiT4DiT(nn.Module):
         self.autocast_enabled = autocast_enabled(config)
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
         head = build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim) if has_action_head(config) else None
-        self.backbone_interface = CosmosBackboneInterface(config)
+        vla = config.datasets.vla_data
+        self.backbone_interface = CosmosBackboneInterface(
+            config.framework.cosmos25,
+            num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
+            prompt_store_dir=prompt_store_root(config),
+        )
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
 
@@ -66,17 +73,17 @@ class DiT4DiT(nn.Module):
     def _state(self, examples: list[dict], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
         if "state" not in examples[0] or self.action_model.state_encoder is None:
             return None
-        return _stack_field(examples, "state").to(device=device, dtype=dtype)
+        return to_device(_stack_field(examples, "state"), device, dtype)
 
     def _action_loss(self, features: torch.Tensor, examples: list[dict]) -> torch.Tensor:
         dtype, device = self.action_model.dtype, features.device
-        actions = _stack_field(examples, "action").to(device=device, dtype=dtype)
+        actions = to_device(_stack_field(examples, "action"), device, dtype)
         if actions.shape[1] != self.chunk_len:
             raise ValueError(
                 f"examples carry {actions.shape[1]} action steps but the model expects "
                 f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}"
             )
-        mask = _stack_field(examples, "action_mask").to(device=device, dtype=torch.bool)
+        mask = to_device(_stack_field(examples, "action_mask"), device, torch.bool)
         state = self._state(examples, dtype, device)
         repeats = self.repeated_diffusion_steps
         return self.action_model(

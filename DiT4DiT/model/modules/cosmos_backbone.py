@@ -12,6 +12,7 @@ import itertools
 import logging
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,12 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.facts import latent_frame_count, num_output_frames
+from DiT4DiT.facts import latent_frame_count
 from DiT4DiT.model.freezing import module_paths
+from DiT4DiT.model.modules.cosmos_attention import use_our_attention
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
+from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
-from DiT4DiT.model.modules.prompt_store import (FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity,
-                                                 prompt_store_root)
+from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +134,15 @@ class CosmosFeatureExtractor(nn.Module):
         self.text_encoder = components.text_encoder
         self.vae = components.vae
         self.transformer = components.transformer
+        use_our_attention(self.transformer)  # diffusers' math without the no-op K/V copy; fused RoPE on NPU
         self.tokenizer = components.tokenizer
         self.scheduler = components.scheduler
-        # Plain tensors, not buffers: they come from the VAE config and must not enter checkpoints.
-        self.latents_mean = components.latents_mean
-        self.latents_std = components.latents_std
+        # Non-persistent buffers: they move with the model (no copy per step) and stay out of checkpoints (they
+        # come from the VAE config). They hold the float32 bit pattern as int32, so a module-wide cast (DeepSpeed
+        # bf16 calls module.bfloat16()) moves them but cannot round them.
+        for name in ("latents_mean", "latents_std"):
+            stats = getattr(components, name).to(torch.float32).contiguous()
+            self.register_buffer(f"{name}_bits", stats.view(torch.int32), persistent=False)
         self.temporal_factor = components.vae_scale_factor_temporal
         self.spatial_factor = components.vae_scale_factor_spatial
 
@@ -165,6 +171,16 @@ class CosmosFeatureExtractor(nn.Module):
         blocks[extract_layer].register_forward_hook(self._capture_block_output)
         if extract_layer + 1 < len(blocks):
             blocks[extract_layer + 1].register_forward_pre_hook(self._stop_feature_pass)
+
+    @property
+    def latents_mean(self) -> torch.Tensor:
+        """(1, z_dim, 1, 1, 1) float32 on the model's device."""
+        return self.latents_mean_bits.view(torch.float32)
+
+    @property
+    def latents_std(self) -> torch.Tensor:
+        """(1, z_dim, 1, 1, 1) float32 on the model's device: the std itself (diffusers 0.38 meaning)."""
+        return self.latents_std_bits.view(torch.float32)
 
     def _capture_block_output(self, module, args, output) -> None:
         # Only the first transformer call of a forward (the feature pass) is captured.
@@ -227,12 +243,10 @@ class CosmosFeatureExtractor(nn.Module):
                 stacklevel=2,
             )
             self._warned_trainable_text_encoder = True
-        return self._encode_prompts(prompts).to(device)
+        return self._encode_prompts(prompts).to(device)  # the encoder runs on the device: no host copy
 
     def _normalise(self, latents: torch.Tensor) -> torch.Tensor:
-        mean = self.latents_mean.to(latents.device, torch.float32)
-        std = self.latents_std.to(latents.device, torch.float32)
-        return (latents.float() - mean) / std
+        return (latents.float() - self.latents_mean) / self.latents_std
 
     def encode_condition(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> normalised posterior sample (B, C, 1, h, w), float32.
@@ -344,11 +358,12 @@ class CosmosFeatureExtractor(nn.Module):
         device = cond_latents.device
         self.scheduler.set_timesteps(self.future_num_inference_steps, device=device)
         latents = torch.randn_like(cond_latents)
+        sigmas = to_device(self.scheduler.sigmas, device, torch.float32)  # schedulers keep them on the host
         keep = torch.zeros(1, 1, cond_latents.shape[2], 1, 1, device=device)
         keep[:, :, 0] = 1.0
         kept_flow = keep * (latents - cond_latents)
         for index, timestep in enumerate(self.scheduler.timesteps):
-            flow = run_transformer(latents, self.scheduler.sigmas[index].to(device=device, dtype=torch.float32))
+            flow = run_transformer(latents, sigmas[index])
             if self.scheduler.config.prediction_type == "flow_prediction":
                 flow = kept_flow + (1 - keep) * flow.float()
             latents = self.scheduler.step(flow.float(), timestep, latents, return_dict=False)[0]
@@ -357,9 +372,8 @@ class CosmosFeatureExtractor(nn.Module):
 
     def decode_video(self, latents: torch.Tensor) -> torch.Tensor:
         """Normalised latents (B, C, T_lat, h, w) -> frames (B, 3, T, H, W) in [0, 1]."""
-        mean = self.latents_mean.to(latents.device, torch.float32)
-        std = self.latents_std.to(latents.device, torch.float32)
-        pixels = self.vae.decode((latents.float() * std + mean).to(self.vae.dtype), return_dict=False)[0]
+        denormalised = latents.float() * self.latents_std + self.latents_mean
+        pixels = self.vae.decode(denormalised.to(self.vae.dtype), return_dict=False)[0]
         return ((pixels.float() + 1.0) / 2.0).clamp(0.0, 1.0)
 
     def _sampled_future_loss(self, video, cond_latents, run_transformer) -> torch.Tensor:
@@ -382,11 +396,14 @@ class CosmosFeatureExtractor(nn.Module):
 
 
 class CosmosBackboneInterface(nn.Module):
-    """Reads the config, loads the pipeline, and turns example frames into the extractor's inputs."""
+    """Loads the pipeline that `framework.cosmos25` names and turns example frames into the extractor's inputs.
 
-    def __init__(self, cfg):
+    `num_frames_out` (frames per sample, from the data section) and `prompt_store_dir` (where the store lives) are
+    the two values it needs from outside its section; the framework derives them.
+    """
+
+    def __init__(self, cosmos, num_frames_out: int, prompt_store_dir: Path):
         super().__init__()
-        cosmos = cfg.framework.cosmos25
         self.training_mode = cosmos.training
         fm = cosmos.flow_matching
         # Everything checkable from the folder's configs is checked before the (large) weights load.
@@ -402,8 +419,7 @@ class CosmosBackboneInterface(nn.Module):
                 f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
                 f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}"
             )
-        vla = cfg.datasets.vla_data
-        self.num_frames_out = num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio)
+        self.num_frames_out = num_frames_out
         if self.training_mode == "video" and latent_frame_count(self.num_frames_out, shape.temporal_factor) < 2:
             raise ConfigError(
                 f"framework.cosmos25.training=video needs at least {1 + shape.temporal_factor} frames per sample, "
@@ -418,7 +434,7 @@ class CosmosBackboneInterface(nn.Module):
         )
         store = None
         if cosmos.prompt_cache:
-            store = PromptStore(prompt_store_root(cfg), encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
+            store = PromptStore(prompt_store_dir, encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
                                 components.text_encoder.dtype)
         self.extractor = CosmosFeatureExtractor(
             components,
@@ -443,7 +459,7 @@ class CosmosBackboneInterface(nn.Module):
                     f"sample {index} has frames {tuple(samples[-1].shape)} (T, C, H, W) but sample 0 has "
                     f"{tuple(samples[0].shape)}; every sample in a batch needs the same frame count and size"
                 )
-        video = torch.stack(samples).to(device)
+        video = stack_to_device(samples, device)
         num_frames = video.shape[1]
         if num_frames > 1 and num_frames != self.num_frames_out:
             raise ValueError(

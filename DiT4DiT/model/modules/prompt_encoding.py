@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from DiT4DiT.model.modules.host_to_device import to_device
+
 SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an image generator."
 
 
@@ -37,7 +39,7 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_length: int) -> torch.Te
 
 def encode_prompts(text_encoder, tokenizer, prompts: list[str], max_length: int) -> torch.Tensor:
     """(B, max_length, layers * hidden) embeddings in the text encoder's dtype, on its device."""
-    input_ids = tokenize_prompts(tokenizer, prompts, max_length).to(text_encoder.device)
+    input_ids = to_device(tokenize_prompts(tokenizer, prompts, max_length), text_encoder.device)
     hidden_states = text_encoder(input_ids, output_hidden_states=True).hidden_states
     normalised = []
     for layer in hidden_states[1:]:

@@ -24,6 +24,7 @@ import torch
 from DiT4DiT.atomic_files import write_bytes_atomic
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.dataloader.cache import cache_root
+from DiT4DiT.model.modules.host_to_device import stack_to_device
 
 log = logging.getLogger(__name__)
 
@@ -255,5 +256,5 @@ class PromptStore:
         return torch.from_numpy(mapped).view(self.dtype).view(located.shape)
 
     def lookup(self, instructions: list[str], device: torch.device) -> torch.Tensor:
-        """(B, max_sequence_length, D) on `device`; each embedding is copied from its mapping."""
-        return torch.stack([self.embedding(p).to(device) for p in instructions])
+        """(B, max_sequence_length, D) on `device`: stacked from the mappings into pinned memory, copied once."""
+        return stack_to_device([self.embedding(p) for p in instructions], device)

@@ -13,6 +13,7 @@ from torch import nn
 
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.modules.action_model.cross_attention_dit import DiT
+from DiT4DiT.model.modules.host_to_device import to_device
 
 
 def swish(x: torch.Tensor) -> torch.Tensor:
@@ -104,7 +105,8 @@ class FlowmatchingActionHead(nn.Module):
     def sample_time(self, batch: int, device: torch.device) -> torch.Tensor:
         """(batch,) times Beta(alpha, beta) / noise_s; density grows toward t = 1 (pure noise)."""
         beta = torch.distributions.Beta(torch.tensor(self.beta_alpha), torch.tensor(self.beta_beta))
-        return (beta.sample((batch,)) / self.noise_s).to(device)
+        # Sampled on the host (the CPU generator, as before; no Beta kernel is needed on the device), copied once.
+        return to_device(beta.sample((batch,)) / self.noise_s, device)
 
     def _state_tokens(self, state: torch.Tensor | None) -> torch.Tensor | None:
         if self.state_encoder is None:

@@ -6,11 +6,21 @@ so `torch.autocast("npu", ...)` can be entered. Unlike the real one it has no ke
 (`torch.npu.is_available()` is False, so accelerate stays on CPU) and no CANN: tensors stay on
 CPU, where an npu autocast changes nothing. DeepSpeed picks its NPU accelerator whenever
 `import torch_npu` works, so runs with this fake set DS_ACCELERATOR=cpu.
+
+FAKE_TORCH_NPU_BROKEN makes it an installed-but-broken torch_npu, with the errors a real host shows:
+`import` fails as without CANN's environment (libascendcl.so not found), `transfer_to_npu` fails as
+on a venv without setuptools (it imports torch.utils.cpp_extension).
 """
+
+import os
 
 import torch
 
+if os.environ.get("FAKE_TORCH_NPU_BROKEN") == "import":
+    raise ImportError("libascendcl.so: cannot open shared object file: No such file or directory")
+
 from torch_npu import npu
+from torch_npu.ops import CALLS, npu_rotary_mul  # noqa: F401  torch_npu's fused kernels
 
 torch.utils.rename_privateuse1_backend("npu")
 torch._register_device_module("npu", npu)

@@ -6,4 +6,9 @@ With no NPU there is nothing to map to, so this fake maps nothing; tests check t
 code imports it, and `IMPORTED` marks that it ran (as the real side effects would have).
 """
 
+import os
+
+if os.environ.get("FAKE_TORCH_NPU_BROKEN") == "transfer_to_npu":
+    raise ModuleNotFoundError("No module named 'setuptools'")
+
 IMPORTED = True

@@ -1,0 +1,421 @@
+"""One prepared check of a device lent for a few minutes: step times, FLOPs, MFU, memory, and the risky paths.
+
+    python bench/device_check.py --full-size [--out device_check.json]   # one CUDA GPU or one NPU die, <= 8 min
+    python bench/device_check.py --tiny                                  # CPU, under a minute (the test runs it)
+
+Sections (each under its own time limit; the JSON is rewritten after each one, so a failure or a kill keeps what
+was measured; a failed section is recorded with its error and the next one runs):
+  environment   device, versions, the bf16 dense peak used for MFU
+  build         the model: --full-size is bench_model's random-weight 2B Cosmos + 7B-shaped text encoder + Wan VAE
+                + DiT-B head, bf16, 3 views of 224 px, 5 frames, 512-token prompts (about 20 GB of weights)
+  flops         one step under torch.utils.flop_counter.FlopCounterMode at batch 1, against the analytic count
+                of the Cosmos transformer (the part that dominates)
+  store         prompt store on/off and early exit on/off (bench_model.measure); then the text encoder is
+                released, as training does
+  steps         forward + backward + AdamW under bf16 autocast at batch 1, 2, 4: median step time, MFU, peak memory
+  repeat        diffusers' repeat_interleave(1, dim=3) of K/V on a tensor over 2**22 elements, forward + backward,
+                against our processor's path (no repeat): same gradient, both timed
+  zero2         with >= 2 devices: one DeepSpeed ZeRO-2 run (3 steps) with overlap_comm on and off, losses and grad
+                norms compared; skipped with a line on 1 device
+The device comes from DiT4DiT.serving.device.select_device: an NPU where torch_npu loads, else CUDA, else CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent
+sys.path[:0] = [str(REPO), str(REPO.parent)]
+
+import bench_model  # noqa: E402
+from helpers.cosmos_inputs import transformer_inputs  # noqa: E402
+from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
+
+from DiT4DiT.config.schema import load_config  # noqa: E402
+from DiT4DiT.facts import latent_frame_count  # noqa: E402
+from DiT4DiT.model.framework import build_framework  # noqa: E402
+from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
+from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, PipelineShape  # noqa: E402
+from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
+from DiT4DiT.serving.device import select_device  # noqa: E402
+from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
+
+# bf16 dense peak TFLOPS per device (one GPU, one NPU die), matched in order against the device name.
+# NVIDIA: H100/H200 SXM datasheets give 1,979 TFLOPS bf16 "with sparsity", i.e. 989 dense; H100 PCIe 756 dense
+# (1,513 sparse); A100 datasheet 312 dense. Ascend: no Huawei datasheet was found; 910B (Atlas A2) uses verl's
+# 354 (volcengine/verl verl/utils/flops_counter.py); the A3 die (Ascend910_93xx) is half of the 752 TFLOPS
+# dense bf16 per 910C package in the CloudMatrix384 paper (arXiv 2506.12708), i.e. 376.
+PEAK_TFLOPS = (
+    ("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0),
+    ("910_93", 376.0), ("910B", 354.0),
+)
+TOTAL_BUDGET_S = 480
+SECTION_LIMIT_S = {"environment": 30, "build": 120, "flops": 60, "store": 90, "steps": 150, "repeat": 30, "zero2": 120}
+TINY_LIMIT_S = 90  # the whole --tiny run (under a minute on a quiet 2-core CPU)
+BATCHES = (1, 2, 4)
+
+
+def peak_tflops(name: str) -> float | None:
+    return next((peak for key, peak in PEAK_TFLOPS if key.lower() in name.lower()), None)
+
+
+class SectionTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int):
+    """SIGALRM ends a section that runs past its limit (checked between Python bytecodes, so between kernels)."""
+    def expire(signum, frame):
+        raise SectionTimeout(f"over its {seconds} s limit")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Report:
+    """Sections' results, written to `path` after each one."""
+
+    def __init__(self, path: Path, deadline: float):
+        self.path, self.deadline, self.data = path, deadline, {"sections": {}}
+
+    def run(self, name: str, limit: int, section, *args):
+        left = int(self.deadline - time.monotonic())
+        if left < 5:
+            result = {"status": "skipped", "reason": "the total time budget is spent"}
+        else:
+            start = time.monotonic()
+            try:
+                with time_limit(min(limit, left)):
+                    result = {"status": "ok", **section(*args)}
+            except Exception as error:  # one section's failure must not lose the others
+                result = {"status": "failed", "error": f"{type(error).__name__}: {error}",
+                          "where": traceback.format_exc(limit=-3).strip().splitlines()[-3:]}
+            result["seconds"] = round(time.monotonic() - start, 1)
+        self.data["sections"][name] = result
+        self.path.write_text(json.dumps(self.data, indent=1, default=str))
+        print(f"[{name}] {result['status']}" + (f": {result.get('error') or result.get('reason')}"
+                                                 if result["status"] != "ok" else ""), flush=True)
+        return result
+
+
+def environment(device: torch.device) -> dict:
+    name = getattr(torch, device.type).get_device_name(device) if device.type != "cpu" else platform.processor() or "cpu"
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for package in ("torch-npu", "diffusers", "transformers", "deepspeed", "accelerate"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package)
+    count = getattr(torch, device.type).device_count() if device.type != "cpu" else 1
+    return {"device": str(device), "name": name, "device_count": count, "peak_bf16_tflops": peak_tflops(name),
+            "versions": versions}
+
+
+def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict:
+    store = [f"framework.cosmos25.prompt_store_dir={tmp / 'prompt_store'}", "framework.cosmos25.prompt_cache=true"]
+    if full_size:
+        shape = PipelineShape(hidden_size=2048, num_blocks=COSMOS_2B_TRANSFORMER_CONFIG["num_layers"], temporal_factor=4)
+        with bench_model.substituted_backbone(shape, bench_model.random_full_size_components(device)):
+            cfg = load_config(None, bench_model.FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={bench_model.FROZEN}"]
+                              + store)
+            model = build_framework(cfg)
+        views = 3
+    else:
+        pipeline = write_tiny_pipeline(tmp / "tiny")
+        cfg = load_config(TINY_YAML, [f"framework.cosmos25.base_model={pipeline}"] + store)
+        model = build_framework(cfg)
+        views = 1
+    model.to(device)
+    freeze_modules(model, cfg.trainer.freeze_modules)
+    state.update(cfg=cfg, model=model, views=views)
+    # Every instruction of every batch below is stored now; the store section then releases the encoder.
+    instructions = sorted({e["lang"] for e in make_examples(cfg, batch=max(BATCHES))})
+    model.backbone_interface.extractor.prepare_prompts(instructions, Ranks(), release_encoder=False)
+    extractor = model.backbone_interface.extractor
+    params = {name: sum(p.numel() for p in module.parameters())
+              for name, module in (("transformer", extractor.transformer), ("text_encoder", extractor.text_encoder),
+                                   ("vae", extractor.vae), ("action_head", model.action_model))}
+    return {"parameters": params, "image": f"{views} view(s) of {cfg.datasets.vla_data.image_size} px",
+            "frames": model.backbone_interface.num_frames_out}
+
+
+def transformer_forward_flops(config, batch: int, latent_frames: int, height: int, width: int, text_tokens: int,
+                              blocks: int) -> dict:
+    """Matmul FLOPs (2 per multiply-add) of one Cosmos transformer forward through `blocks` blocks, for latents of
+    `height` x `width`: "linear" (QKV/out of both attentions, the MLP, the AdaLN-LoRA modulations, the patch
+    embedding, the text projection, the output layer) and "attention" (scores and values, self over the N video
+    tokens, cross over the text tokens)."""
+    d, c, lora = config.num_attention_heads * config.attention_head_dim, config.text_embed_dim, config.adaln_lora_dim
+    p_t, p_h, p_w = config.patch_size
+    per_sample = (latent_frames // p_t) * (height // p_h) * (width // p_w)
+    n, text = batch * per_sample, batch * text_tokens
+    # Per block: self-attention q, k, v, out; cross-attention q, out and k, v over the text; the MLP; three
+    # AdaLN-LoRA modulations (d -> lora -> 3d) per token.
+    block = 8 * n * d * d + 4 * n * d * d + 4 * text * c * d + 4 * n * d * int(config.mlp_ratio * d)
+    block += 3 * 2 * n * (d * lora + lora * 3 * d)
+    patch_in = (config.in_channels + int(config.concat_padding_mask)) * p_t * p_h * p_w
+    linear = blocks * block + 2 * n * patch_in * d + 2 * n * d * p_t * p_h * p_w * config.out_channels
+    if config.use_crossattn_projection:
+        linear += 2 * text * config.crossattn_proj_in_channels * config.encoder_hidden_states_channels
+    attention = blocks * (4 * batch * per_sample**2 * d + 4 * batch * per_sample * text_tokens * d)
+    return {"linear": linear, "attention": attention}
+
+
+def step_shape(state: dict, batch: int) -> dict:
+    cfg = state["cfg"]
+    size = int(cfg.datasets.vla_data.image_size) // state["model"].backbone_interface.extractor.spatial_factor
+    return dict(batch=batch, latent_frames=latent_frame_count(state["model"].backbone_interface.num_frames_out, 4),
+                height=size, width=size * state["views"], text_tokens=int(cfg.framework.cosmos25.max_sequence_length))
+
+
+def analytic_step_flops(state: dict, batch: int) -> int:
+    """The transformer's FLOPs in one training step: the feature pass (forward through block extract_layer, no
+    grad) and the video-loss pass (forward and backward = 3x forward, every block)."""
+    config = state["model"].backbone_interface.extractor.transformer.config
+    shape = step_shape(state, batch)
+    feature = transformer_forward_flops(config, blocks=state["cfg"].framework.cosmos25.extract_layer + 1, **shape)
+    video = transformer_forward_flops(config, blocks=config.num_layers, **shape)
+    return sum(feature.values()) + 3 * sum(video.values())
+
+
+def train_step(state: dict, examples, optimizer, device) -> float:
+    return bench_model.step_seconds(state["model"], examples, optimizer, device)
+
+
+def flops(state: dict, device: torch.device) -> dict:
+    """The whole step counted at batch 1, and one transformer forward counted against the analytic formula.
+    FlopCounterMode counts matmuls, convolutions and the SDPA kernels it knows (CUDA's flash/efficient ones, not
+    CPU's or NPU's fused attention), so "attention" is in the counted figure on CUDA only."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = state["model"]
+    examples = make_examples(state["cfg"], batch=1, views=state["views"])
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    with FlopCounterMode(display=False) as step_counter:
+        train_step(state, examples, optimizer, device)
+    state["flops_per_sample"] = step_counter.get_total_flops()
+    transformer = model.backbone_interface.extractor.transformer
+    shape = step_shape(state, 1)
+    inputs = transformer_inputs(transformer.config, batch=1, frames=shape["latent_frames"], height=shape["height"],
+                                width=shape["width"], text_tokens=shape["text_tokens"], device=device,
+                                dtype=transformer.dtype)
+    with torch.no_grad(), FlopCounterMode(display=False) as forward_counter:
+        transformer(**inputs)
+    analytic = transformer_forward_flops(transformer.config, blocks=transformer.config.num_layers, **shape)
+    counted = forward_counter.get_total_flops()
+    return {"step_counted_per_sample": state["flops_per_sample"],
+            "step_transformer_analytic_per_sample": analytic_step_flops(state, 1),
+            "forward_counted": counted, "forward_analytic_linear": analytic["linear"],
+            "forward_analytic_attention": analytic["attention"],
+            "counted_over_analytic_linear": round(counted / analytic["linear"], 4),
+            "counted_over_analytic_total": round(counted / sum(analytic.values()), 4)}
+
+
+def store(state: dict, device: torch.device, steps: int) -> dict:
+    examples = make_examples(state["cfg"], batch=1, views=state["views"])
+    result = bench_model.measure(state["model"], examples, device, steps, block=max(1, steps // 2))
+    if device.type == "cpu":  # measure() releases the encoder itself on an accelerator
+        state["model"].backbone_interface.extractor.prepare_prompts([e["lang"] for e in examples], Ranks(),
+                                                                    release_encoder=True)
+    median = result["median"]
+    return {"median_ms": {k: round(v * 1e3, 2) for k, v in median.items()},
+            "peak_mib": {k: round(v) for k, v in result["peak"].items()},
+            "store_off_over_on": round(median["store off, early exit"] / median["store on, early exit"], 3),
+            "full_feature_pass_over_early_exit": round(median["store on, full feature pass"]
+                                                       / median["store on, early exit"], 3)}
+
+
+def steps(state: dict, device: torch.device, peak: float | None, count: int) -> dict:
+    model, rows = state["model"], {}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    per_sample = state.get("flops_per_sample")
+    for batch in BATCHES:
+        examples = make_examples(state["cfg"], batch=batch, views=state["views"])
+        if device.type != "cpu":
+            getattr(torch, device.type).reset_peak_memory_stats(device)
+        for _ in range(2):  # warm-up: allocator, kernels, optimizer state
+            train_step(state, examples, optimizer, device)
+        median = statistics.median(train_step(state, examples, optimizer, device) for _ in range(count))
+        flops_step = per_sample * batch if per_sample else None  # every FLOP of the step scales with the batch
+        achieved = flops_step / median / 1e12 if flops_step else None
+        rows[batch] = {"step_ms": round(median * 1e3, 2), "tflops": float(f"{achieved:.4g}") if achieved else None,
+                       "mfu": round(achieved / peak, 4) if achieved and peak else None,
+                       "peak_mib": round(bench_model.peak_memory_mib(device))}
+        rows["steps_measured"] = count
+        state["steps"] = rows  # kept even if a larger batch fails (out of memory)
+    return rows
+
+
+def repeat(device: torch.device, elements_over: int = 2**22) -> dict:
+    """K/V as diffusers' Cosmos processor holds them, (B, heads, S, head_dim), sized just over 2**22 elements."""
+    heads, head_dim = 16, 128
+    tokens = elements_over // (heads * head_dim) + 64
+    kv = torch.randn(1, heads, tokens, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn_like(kv)
+
+    def run(repeated: bool) -> tuple[float, torch.Tensor]:
+        kv.grad = None
+        bench_model.synchronize(device)
+        start = time.perf_counter()
+        out = kv.repeat_interleave(kv.size(3) // kv.size(3), dim=3) if repeated else kv
+        (out * weight).float().sum().backward()
+        bench_model.synchronize(device)
+        return time.perf_counter() - start, kv.grad.clone()
+
+    run(True), run(False)  # warm-up
+    (with_repeat, grad_repeat), (without, grad) = run(True), run(False)
+    return {"elements": kv.numel(), "over_2_22": kv.numel() > 2**22, "with_repeat_ms": round(with_repeat * 1e3, 3),
+            "without_ms": round(without * 1e3, 3), "same_gradient": bool(torch.equal(grad_repeat, grad))}
+
+
+def _zero2_worker(rank: int, world: int, port: int, device_type: str, out: str) -> None:
+    import deepspeed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    select_device("auto")  # loads torch_npu in the child as in the parent
+    getattr(torch, device_type).set_device(rank)
+    deepspeed.init_distributed()
+    results = {}
+    for overlap in (True, False):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)])
+        config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+                  "bf16": {"enabled": True},
+                  # Small buckets: many reductions in flight, the case the overlap fixes are about.
+                  "zero_optimization": {"stage": 2, "overlap_comm": overlap, "reduce_scatter": True,
+                                        "contiguous_gradients": True, "reduce_bucket_size": 2**20,
+                                        "allgather_bucket_size": 2**20}}
+        engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
+                                          config=config)
+        generator = torch.Generator().manual_seed(100 + rank)
+        losses, norms = [], []
+        for _ in range(3):
+            x = torch.randn(4, 2048, generator=generator).to(engine.device, torch.bfloat16)
+            loss = engine(x).float().square().mean()
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+            norms.append(float(engine.get_global_grad_norm()))
+        results["on" if overlap else "off"] = {"losses": losses, "grad_norms": norms}
+        del engine
+    if rank == 0:
+        Path(out).write_text(json.dumps(results))
+
+
+def zero2(device: torch.device, count: int, tmp: Path) -> dict:
+    if count < 2:
+        return {"skipped": f"{count} device(s): the overlap_comm comparison needs 2"}
+    out = tmp / "zero2.json"
+    workers = torch.multiprocessing.spawn(_zero2_worker, args=(2, 29517, device.type, str(out)), nprocs=2, join=False)
+    try:
+        while not workers.join():
+            pass
+    finally:  # a time limit or a failed rank: no worker outlives the section
+        for process in workers.processes:
+            if process.is_alive():
+                process.terminate()
+    runs = json.loads(out.read_text())
+    on, off = runs["on"], runs["off"]
+    loss_diff = max(abs(a - b) for a, b in zip(on["losses"], off["losses"]))
+    norm_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(on["grad_norms"], off["grad_norms"]))
+    return {**runs, "max_loss_diff": loss_diff, "max_grad_norm_rel_diff": norm_diff,
+            "agree": loss_diff < 1e-3 and norm_diff < 1e-3}
+
+
+def print_table(data: dict) -> None:
+    sections = data["sections"]
+    env = sections.get("environment", {})
+    print(f"\ndevice check: {env.get('name', '?')} ({env.get('device', '?')}), peak bf16 "
+          f"{env.get('peak_bf16_tflops') or 'unknown'} TFLOPS, {data['size']}")
+    rows = sections.get("steps", {})
+    if rows.get("status") == "ok" or any(isinstance(v, dict) for v in rows.values()):
+        print(f"  {'batch':>5} {'step ms':>10} {'TFLOPS':>8} {'MFU':>7} {'peak MiB':>9}")
+        for batch in BATCHES:
+            row = rows.get(batch) or rows.get(str(batch))
+            if row:
+                mfu = f"{row['mfu'] * 100:.1f}%" if row["mfu"] is not None else "-"
+                tflops = f"{row['tflops']:.4g}" if row["tflops"] is not None else "-"
+                print(f"  {batch:>5} {row['step_ms']:>10.1f} {tflops:>8} {mfu:>7} {row['peak_mib']:>9}")
+    flop = sections.get("flops", {})
+    if flop.get("status") == "ok":
+        print(f"  FLOPs per sample and step: {flop['step_counted_per_sample']:.3e} counted (transformer "
+              f"{flop['step_transformer_analytic_per_sample']:.3e} analytic); one transformer forward: counted / "
+              f"analytic {flop['counted_over_analytic_linear']} (matmuls), {flop['counted_over_analytic_total']} "
+              "(with attention)")
+    st = sections.get("store", {})
+    if st.get("status") == "ok":
+        print(f"  store off / on: {st['store_off_over_on']}x; full feature pass / early exit: "
+              f"{st['full_feature_pass_over_early_exit']}x; medians (ms) {st['median_ms']}")
+    rep = sections.get("repeat", {})
+    if rep.get("status") == "ok":
+        print(f"  repeat_interleave on {rep['elements']} elements: {rep['with_repeat_ms']} ms with, "
+              f"{rep['without_ms']} ms without, same gradient {rep['same_gradient']}")
+    z2 = sections.get("zero2", {})
+    if z2.get("status") == "ok":
+        print(f"  ZeRO-2 overlap_comm on/off: {z2.get('skipped') or 'agree ' + str(z2['agree'])}")
+    for name, result in sections.items():
+        if result.get("status") != "ok":
+            print(f"  {name}: {result['status']} {result.get('error') or result.get('reason') or ''}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--full-size", action="store_true", help="the random-weight full-size model, on a device")
+    size.add_argument("--tiny", action="store_true", help="the tiny model (CPU, under a minute)")
+    parser.add_argument("--out", type=Path, default=Path("device_check.json"), help="the JSON report")
+    parser.add_argument("--peak-tflops", type=float, help="bf16 dense peak for MFU, when the table lacks the device")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    device = select_device("auto") if args.full_size else torch.device("cpu")
+    if args.full_size and device.type == "cpu":
+        print("device_check: --full-size needs a CUDA GPU or an NPU and found neither; use --tiny on a CPU host",
+              file=sys.stderr)
+        return 2
+    if args.tiny:
+        torch.set_num_threads(1)
+    report = Report(args.out, time.monotonic() + (TOTAL_BUDGET_S if args.full_size else TINY_LIMIT_S))
+    report.data["size"] = "full-size (random weights)" if args.full_size else "tiny"
+    limits = SECTION_LIMIT_S if args.full_size else {name: TINY_LIMIT_S for name in SECTION_LIMIT_S}
+    state: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = report.run("environment", limits["environment"], environment, device)
+        peak = args.peak_tflops or env.get("peak_bf16_tflops")
+        if report.run("build", limits["build"], build, state, args.full_size, device, Path(tmp))["status"] == "ok":
+            report.run("flops", limits["flops"], flops, state, device)
+            report.run("store", limits["store"], store, state, device, 4 if args.full_size else 2)
+            report.run("steps", limits["steps"], steps, state, device, peak, 5 if args.full_size else 2)
+        state.clear()  # the model's memory back before the last two sections
+        gc.collect()
+        if device.type != "cpu":
+            getattr(torch, device.type).empty_cache()
+        report.run("repeat", limits["repeat"], repeat, device)
+        report.run("zero2", limits["zero2"], zero2, device, env.get("device_count", 1), Path(tmp))
+    print_table(report.data)
+    print(f"\nwrote {args.out}")
+    failed = [name for name, result in report.data["sections"].items() if result["status"] != "ok"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Our Cosmos attention processor: the same outputs as diffusers' CosmosAttnProcessor2_0 (real class, tiny 2B-shaped
+transformer), without its no-op K/V repeat_interleave, and with torch_npu's fused RoPE where torch_npu is loaded
+(the fake in tests/fakes, whose npu_rotary_mul has the real op's semantics)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers.models.embeddings import apply_rotary_emb
+
+from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.tools.tiny_cosmos import LATENT_CHANNELS, TRANSFORMER_LAYERS, build_transformer
+from helpers.cosmos_inputs import transformer_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_TORCH_NPU = ROOT / "tests" / "fakes" / "torch_npu"
+
+
+def output_and_grads(model, inputs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    out = model(**inputs)[0]
+    out.square().mean().backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_outputs_and_gradients_equal_diffusers_processor_on_cpu():
+    torch.manual_seed(0)
+    theirs = build_transformer()
+    ours = copy.deepcopy(theirs)
+    assert use_our_attention(ours) == 2 * TRANSFORMER_LAYERS  # self- and cross-attention of every block
+    inputs = transformer_inputs(theirs.config)
+    expected, expected_grads = output_and_grads(theirs, inputs)
+    got, grads = output_and_grads(ours, inputs)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert len(grads) == len(expected_grads)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=0)
+
+
+def test_the_no_op_repeat_interleave_of_k_and_v_is_skipped(monkeypatch):
+    calls = []
+    original = torch.Tensor.repeat_interleave
+
+    def counting(self, *args, **kwargs):
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "repeat_interleave", counting)
+    model = build_transformer()
+    with torch.no_grad():
+        model(**transformer_inputs(model.config))
+        theirs = len(calls)
+        use_our_attention(model)
+        model(**transformer_inputs(model.config))
+    assert theirs == 2 * 2 * TRANSFORMER_LAYERS  # diffusers: K and V, in both attentions of every block
+    assert len(calls) == theirs  # ours added none
+
+
+def test_fake_rotary_mul_has_the_rope_layout_diffusers_uses():
+    """The fused path's math: npu_rotary_mul(x, cos, sin) is diffusers' rotate-half RoPE (use_real_unbind_dim=-2)."""
+    # Only the op's file: importing the fake package would rename torch's PrivateUse1 backend in this process.
+    spec = importlib.util.spec_from_file_location("fake_torch_npu_ops", FAKE_TORCH_NPU / "torch_npu" / "ops.py")
+    ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ops)
+    npu_rotary_mul = ops.npu_rotary_mul
+    x, cos, sin = torch.randn(2, 3, 10, 16), torch.randn(10, 16), torch.randn(10, 16)
+    torch.testing.assert_close(npu_rotary_mul(x, cos[None, None], sin[None, None]),
+                               apply_rotary_emb(x, (cos, sin), use_real=True, use_real_unbind_dim=-2))
+
+
+PROBE = """
+import torch, torch_npu
+from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.tools.tiny_cosmos import build_transformer
+from helpers.cosmos_inputs import transformer_inputs
+model = build_transformer()
+use_our_attention(model)
+with torch.no_grad():
+    model(**transformer_inputs(model.config))
+    cpu_calls = torch_npu.CALLS["npu_rotary_mul"]
+    inputs = transformer_inputs(model.config, device="meta")
+    out = model.to("meta")(**inputs)[0]
+print(cpu_calls, torch_npu.CALLS["npu_rotary_mul"], tuple(out.shape))
+"""
+
+
+@pytest.mark.slow
+def test_with_torch_npu_loaded_rope_runs_as_npu_rotary_mul_on_device_tensors():
+    """CPU tensors keep diffusers' RoPE (torch_npu's kernels need NPU tensors); tensors on a device (meta stands
+    in for the NPU here) take the fused op, for the query and the key of every self-attention."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FAKE_TORCH_NPU), str(ROOT), str(ROOT / "tests")]))
+    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["0", str(2 * TRANSFORMER_LAYERS), "(2,", f"{LATENT_CHANNELS},", "2,", "8,", "8)"]
