@@ -109,3 +109,10 @@ def attach_modality(layout: DatasetLayout, config: DataConfig, cache_dir: Path) 
                  layout.root, config.name, path, json.dumps(derived))
     layout.modality = derived
     return f"derived for {config.name} ({path})"
+
+
+def entry_config(entry, root: Path | None = None) -> DataConfig:
+    """The data config of a mixture entry; `auto` is resolved against the dataset's features."""
+    if entry.data_config != AUTO:
+        return DATA_CONFIGS[entry.data_config]
+    return choose_config(DatasetLayout(Path(root or "/") / entry.dataset), AUTO)
