@@ -339,14 +339,21 @@ def write_v3(folder: Path, robot: Robot, content: list[Episode], instruction: st
 
 
 def stats(content: list[Episode]) -> dict:
-    """meta/stats.json as lerobot >= 0.4 writes it (mean, std, min, max, count and quantiles per feature)."""
+    """meta/stats.json as lerobot >= 0.4 writes it: per-episode statistics aggregated (mean weighted by frames,
+    pooled std, extremes, and quantiles as the frame-weighted average of per-episode quantiles)."""
     out = {}
-    for name, values in (("observation.state", np.concatenate([ep.state for ep in content])),
-                         ("action", np.concatenate([ep.action for ep in content]))):
-        values = values.astype(np.float64)
-        out[name] = {"mean": values.mean(0).tolist(), "std": values.std(0).tolist(), "min": values.min(0).tolist(),
-                     "max": values.max(0).tolist(), "count": [len(values)],
-                     **{f"q{q:02d}": np.quantile(values, q / 100, axis=0).tolist() for q in (1, 10, 50, 90, 99)}}
+    for name in ("observation.state", "action"):
+        episodes = [(ep.state if name == "observation.state" else ep.action).astype(np.float64) for ep in content]
+        counts = np.asarray([len(v) for v in episodes], dtype=np.float64)
+        weights = counts / counts.sum()
+        mean = sum(w * v.mean(0) for w, v in zip(weights, episodes))
+        second = sum(w * (v.var(0) + v.mean(0) ** 2) for w, v in zip(weights, episodes))
+        quantiles = {f"q{q:02d}": sum(w * np.quantile(v, q / 100, axis=0) for w, v in zip(weights, episodes)).tolist()
+                     for q in (1, 10, 50, 90, 99)}
+        out[name] = {"mean": mean.tolist(), "std": np.sqrt(np.maximum(second - mean**2, 0.0)).tolist(),
+                     "min": np.min([v.min(0) for v in episodes], axis=0).tolist(),
+                     "max": np.max([v.max(0) for v in episodes], axis=0).tolist(), "count": [int(counts.sum())],
+                     **quantiles}
     return out
 
 
