@@ -22,12 +22,13 @@ def dataset_line(steps: EpisodeSteps, index: DatasetIndex, *, holdout: int, view
                  statistics: str) -> str:
     layout = steps.layout
     version = str(layout.info.get("codebase_version") or VERSION_NAMES[layout.version])
-    held = (f"{holdout} held out for the eval action MSE (datasets.vla_data.holdout_episodes={holdout}; 0 trains on "
-            "all, as the original)" if holdout else "none held out")
+    held = (f"{holdout} held out for the eval action MSE: datasets.vla_data.holdout_episodes={holdout}, 0 trains on "
+            "every episode as the original does" if holdout else "none held out: every episode trains")
     if statistics == "dataset":
         stats = "statistics from its meta/stats.json"
     else:
-        ignored = "; its meta/stats.json is not used" if layout.meta_path("stats.json").is_file() else ""
+        ignored = (" (its meta/stats.json is not used; datasets.vla_data.statistics=dataset uses it)"
+                   if layout.meta_path("stats.json").is_file() else "")
         stats = f"statistics computed over {index.num_transitions} rows{ignored}"
     skipped = f", {len(index.skipped)} skipped for NaN/Inf" if index.skipped else ""
     return (f"dataset {layout.root}: LeRobot {version}, {len(index.lengths)} episodes ({held}{skipped}), "
