@@ -59,3 +59,10 @@ def test_a_mixture_file_of_two_data_configs_trains_and_stays_unchanged(tmp_path,
                    tmp_path)
     assert snapshot(tmp_path / "data") == before
     assert "data config libero_franka" in log and "data config SO101" in log and "primary_image 48x64 image" in log
+
+
+@pytest.mark.slow
+def test_the_preflight_names_a_data_mix_path_that_does_not_exist(tmp_path, tiny_pipeline_dir):
+    result = train_3_steps(tmp_path, tiny_pipeline_dir, f"--data_mix={tmp_path / 'no_such_set'}", "--dry-run")
+    assert result.returncode == 2
+    assert f"{tmp_path / 'no_such_set'} does not exist; give a dataset folder" in result.stdout + result.stderr

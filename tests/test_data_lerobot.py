@@ -239,3 +239,25 @@ def test_as_frames_puts_cameras_after_each_other_in_time(tmp_path, data_cfg):
         torch.testing.assert_close(a[t], b[t][..., :224])
         torch.testing.assert_close(a[8 + t], b[t][..., 224:])
     assert frames.statistics()["franka"]["views"] == "as_frames"
+
+
+def test_an_image_camera_without_its_column_is_found_before_step_1(copy_of, data_cfg):
+    folder = copy_of("v2_images")
+    path = folder / "data/chunk-000/episode_000002.parquet"
+    pq.write_table(pq.read_table(path).drop(["observation.images.cam_left_wrist"]), path)
+    with pytest.raises(DataError, match=r"episode_000002\.parquet: info.json gives camera\(s\) "
+                                        r"\['observation.images.cam_left_wrist'\] dtype 'image', but the file has no"):
+        _build(data_cfg, folder, "datasets.vla_data.data_config=robotwin")
+
+
+def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, data_cfg, tmp_path):
+    from DiT4DiT.config.validate import validate_training_config
+    from DiT4DiT.tools.memory_estimate import mixture_views
+
+    assert mixture_views(str(lerobot_sets["v3_videos"]), "robotwin") == 3
+    assert mixture_views(str(lerobot_sets["libero"])) == 2  # auto: libero_franka
+    missing = tmp_path / "not_there"
+    with pytest.raises(ConfigError, match=rf"data_mix={missing}: {missing} does not exist; give a dataset folder"):
+        validate_training_config(data_cfg("null", str(missing), "framework.cosmos25.base_model=/"))
+    # A path needs no data_root_dir.
+    validate_training_config(data_cfg("null", str(lerobot_sets["v3_videos"]), "framework.cosmos25.base_model=/"))

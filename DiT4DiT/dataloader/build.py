@@ -167,6 +167,7 @@ def build_datasets(vla, *, action_horizon: int, seed: int, splits=SPLITS) -> dic
             raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
                             "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
         checks.probe_videos(layout, steps.episodes, steps.video_keys, index.lengths, cache_dir)
+        checks.check_image_columns(layout, steps.episodes, steps.image_keys)
         weights.append(entry.weight)
         indexed.append((steps, index))
     views = _views(vla, indexed)

@@ -137,3 +137,14 @@ def probe_videos(layout: DatasetLayout, episodes, video_keys: list[str], lengths
                     "says %dx%d (height x width); frames are resized to image_size either way, check that these are "
                     "the right videos", layout.root, len(mismatched), path, probe["height"], probe["width"], key,
                     *declared)
+
+
+def check_image_columns(layout: DatasetLayout, episodes, image_keys: list[str]) -> None:
+    """Cameras stored as images: every episode's parquet file has their columns (read from the schema only)."""
+    import pyarrow.parquet as pq
+
+    for path in dict.fromkeys(layout.parquet_path(int(e)) for e in episodes):
+        missing = [k for k in image_keys if k not in pq.read_schema(path).names]
+        if missing:
+            raise DataError(f"{path}: info.json gives camera(s) {missing} dtype 'image', but the file has no such "
+                            "column; restore the images or fix features.<camera>.dtype in meta/info.json")
