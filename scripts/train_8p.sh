@@ -25,7 +25,9 @@
 #   --max_train_steps=N           trainer.max_train_steps
 #   --save_interval=N             trainer.save_interval
 #   --per_device_batch_size=N     datasets.vla_data.per_device_batch_size
-#   --data_mix=NAME               datasets.vla_data.data_mix
+#   --data_mix=NAME|PATH          datasets.vla_data.data_mix: a mixture name, a dataset folder, a folder of them or
+#                                 a mixture file (.yaml)
+#   --data_config=NAME            datasets.vla_data.data_config (data config of datasets given by path, or auto)
 #   --data_root_dir=DIR           datasets.vla_data.data_root_dir
 #   --base_model=DIR              framework.cosmos25.base_model
 #   --framework_name=NAME         framework.name
@@ -71,6 +73,7 @@ declare -A KEY=(
     [num_machines]="" [machine_rank]="" [main_process_ip]="" [main_process_port]=""
     [max_train_steps]=trainer.max_train_steps [save_interval]=trainer.save_interval [per_device_batch_size]=datasets.vla_data.per_device_batch_size
     [data_mix]=datasets.vla_data.data_mix [data_root_dir]=datasets.vla_data.data_root_dir
+    [data_config]=datasets.vla_data.data_config
     [base_model]=framework.cosmos25.base_model [framework_name]=framework.name
     [freeze_module_list]=trainer.freeze_modules [action_video_freq_ratio]=datasets.vla_data.action_video_freq_ratio
     [run_root_dir]=run_root_dir [run_id]=run_id
@@ -98,7 +101,7 @@ while (($#)); do
     if [[ -v KEY[$name] ]] && { ((valueless)) || [[ -z $value ]]; }; then
         die "--$name needs a value: --$name=VALUE (see --help)"
     fi
-    if [[ -n ${IS_PATH[$name]:-} && $value != /* ]]; then
+    if [[ -n ${IS_PATH[$name]:-} && $value != /* ]] || [[ $name == data_mix && $value == */* && $value != /* ]]; then
         value=$PWD/$value
     fi
     if [[ $name == run_id ]]; then
@@ -305,7 +308,9 @@ else
     fi
     folder_problems "$fix_model" base_model "$BASE_MODEL"
 fi
-if [[ -z $DATA_ROOT ]]; then
+if [[ $DATA_MIX == */* || $DATA_MIX == *.yaml || $DATA_MIX == *.yml ]]; then
+    folder_problems "give a LeRobot dataset folder, a folder of them or a mixture file" data_mix "$DATA_MIX"
+elif [[ -z $DATA_ROOT ]]; then
     PROBLEMS+=("datasets.vla_data.data_root_dir is not set: pass --data_root_dir=DIR")
 else
     if same_path "$DATA_ROOT" "$TINY_DATA"; then

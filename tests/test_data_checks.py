@@ -98,5 +98,7 @@ def test_a_resolution_other_than_info_json_is_a_warning_naming_the_file(writable
     info_path.write_text(json.dumps(info))
     with caplog.at_level(logging.WARNING):
         _build(writable_task, data_cfg)
-    assert "cam_high/episode_000000.mp4: 48x64 frames, but meta/info.json features.observation.images.cam_high" \
+    assert "3 video(s) differ from meta/info.json's size, e.g. " in caplog.text
+    assert "cam_high/episode_000000.mp4: 48x64 frames, but features.observation.images.cam_high" \
            ".shape says 96x128" in caplog.text
+    assert caplog.text.count("differ from meta/info.json's size") == 1  # once per dataset, not per file

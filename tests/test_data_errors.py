@@ -26,10 +26,16 @@ def _rewrite_parquet(path, **columns):
     pq.write_table(table, path)
 
 
-@pytest.mark.parametrize("name", ["info.json", "episodes.jsonl", "tasks.jsonl", "modality.json"])
+@pytest.mark.parametrize("name", ["episodes.jsonl", "tasks.jsonl"])
 def test_missing_meta_file(writable_task, data_cfg, name):
     (writable_task / "meta" / name).unlink()
     with pytest.raises(DataError, match=rf"adjust_bottle.*missing meta/{name}.*LeRobot v2"):
+        _build_read_only(writable_task, data_cfg)
+
+
+def test_missing_info_json_is_not_a_dataset(writable_task, data_cfg):
+    (writable_task / "meta" / "info.json").unlink()
+    with pytest.raises(DataError, match=r"adjust_bottle: no meta/info\.json, so this is not a LeRobot dataset folder"):
         _build_read_only(writable_task, data_cfg)
 
 
@@ -95,7 +101,7 @@ def test_info_shape_disagrees_with_the_parquet(writable_task, data_cfg):
 
 
 def test_unknown_data_mix_lists_valid_names_closest_first(tiny_robotwin_root, data_cfg):
-    with pytest.raises(ConfigError, match=r"data_mix='robotwn' is not a known mixture; valid names: robotwin, "):
+    with pytest.raises(ConfigError, match=r"data_mix='robotwn' is neither a known mixture nor an existing path; valid names: robotwin, "):
         build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwn"))
 
 
@@ -108,12 +114,16 @@ def test_empty_mixture_names_the_root_and_expected_folders(tmp_path, data_cfg):
 
 
 def test_unset_data_root_and_unknown_backend(tiny_robotwin_root, data_cfg):
-    with pytest.raises(ConfigError, match=r"data_root_dir is not set"):
+    from DiT4DiT.config.validate import validate_training_config
+
+    with pytest.raises(ConfigError, match=r"data_root_dir is not set \(data_mix=robotwin_task1 names folders under it\)"):
+        validate_training_config(data_cfg("null", TASK1, "framework.cosmos25.base_model=/"))
+    with pytest.raises(DataError, match=r"datasets\.vla_data\.data_root_dir is not set"):
         build_vla_dataset(data_cfg("null", TASK1))
     with pytest.raises(ConfigError, match=r"video_backend: 'ffmpeg' is not one of pyav, torchcodec"):
         build_vla_dataset(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.video_backend=ffmpeg"))
 
 
 def test_holdout_leaving_no_training_episode(tiny_robotwin_root, data_cfg):
-    with pytest.raises(ConfigError, match=r"holdout_episodes=3 leaves no training episode"):
+    with pytest.raises(DataError, match=r"holdout_episodes=3 leaves no training episode"):
         build_vla_dataset(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.holdout_episodes=3"))

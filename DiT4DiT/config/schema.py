@@ -112,8 +112,20 @@ SCHEMA: dict = {
     },
     "datasets": {
         "vla_data": {
-            "data_root_dir": Key(None, "folder holding the datasets named by the mixture", kind="str"),
-            "data_mix": Key("robotwin", "named mixture of datasets"),
+            "data_root_dir": Key(None, "folder holding the datasets of a named mixture (unused when data_mix is a path)",
+                                 kind="str"),
+            "data_mix": Key("robotwin", "named mixture, or a path: a LeRobot dataset folder, a folder of them, or a "
+                            "mixture file (YAML list of {path, weight, data_config})"),
+            "data_config": Key("auto", "data config of datasets given by path (a name in DiT4DiT/dataloader/"
+                               "data_configs.py, or auto = the one that fits the dataset's features); named mixtures "
+                               "keep their own"),
+            "views": Key("auto", "how several cameras are combined: side_by_side (one wide frame per step), as_frames "
+                         "(each camera's frames as extra steps), auto = each data config's own layout (the original's)",
+                         choices=("auto", "side_by_side", "as_frames")),
+            "mask_padded_actions": Key(False, "action_mask is false for steps past an episode's end, so the action loss "
+                                       "ignores them (the original trains on the repeated last action)"),
+            "statistics": Key("computed", "normalisation statistics: computed (exact, over every row) or dataset (the "
+                              "dataset's own meta/stats.json)", choices=("computed", "dataset")),
             "per_device_batch_size": Key(4, "samples per process per micro-step", min=1),
             "video_delta_indices": Key([0, 1, 2, 3, 4, 5, 6, 7], "frame offsets fetched per sample (before subsampling)",
                                        min=0),

@@ -5,6 +5,7 @@ Single-key rules (type, choices, bounds) are declared with each key in DiT4DiT/c
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -49,9 +50,41 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
     return root / run_id
 
 
+def check_data_configs(cfg: DictConfig) -> None:
+    """The data configs a run names exist and fit the action chunk (named mixtures: without reading any dataset)."""
+    from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+    from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES, is_path
+
+    data, head = cfg.datasets.vla_data, cfg.framework.action_model
+    known = ["auto", *DATA_CONFIGS]
+    _require(data.data_config in known, f"datasets.vla_data.data_config={data.data_config!r} is not a data config; "
+             f"use one of {', '.join(difflib.get_close_matches(data.data_config, known, len(known), 0.0))}")
+    names = [data.data_config]
+    if not is_path(data.data_mix) and data.data_mix in DATASET_NAMED_MIXTURES:
+        names = [e.data_config for e in DATASET_NAMED_MIXTURES[data.data_mix]]
+        for name in names:
+            _require(name in DATA_CONFIGS, f"mixture '{data.data_mix}' names data config '{name}', which does not "
+                     f"exist; known: {sorted(DATA_CONFIGS)}")
+    for name in dict.fromkeys(n for n in names if n in DATA_CONFIGS):
+        config = DATA_CONFIGS[name]
+        for group, layout, limit in (("state", config.state_layout, data.max_state_dim),
+                                     ("action", config.action_layout, data.max_action_dim)):
+            # sin/cos keys take two dims each (a dataset's own modality.json is checked again when it is read)
+            width = sum(w * (2 if config.normalization[f"{group}.{k}"] == "sincos" else 1) for k, w in layout)
+            _require(width <= limit, f"data config '{name}' gives {width}-dim {group}s, more than "
+                     f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
+        horizon, chunk = config.action_horizon, head.future_action_window_size + 1
+        _require(not has_action_head(cfg) or horizon is None or horizon == chunk,
+                 f"data config '{name}' (datasets.vla_data.data_mix={data.data_mix}) fixes the action chunk at "
+                 f"{horizon} steps, but framework.action_model.future_action_window_size + 1 = {chunk}; set "
+                 f"framework.action_model.future_action_window_size={(horizon or 1) - 1} or use a data config whose "
+                 "chunk follows the window (e.g. robotwin)")
+
+
 def check_rules(cfg: DictConfig) -> None:
     """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
+    check_data_configs(cfg)
     if has_action_head(cfg):
         check_action_dims(cfg)
         _require(head.action_horizon == head.future_action_window_size + 1,
@@ -107,8 +140,14 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
              "(a local Cosmos-Predict2.5 diffusers folder)")
     _require(Path(cosmos.base_model).is_dir(), f"framework.cosmos25.base_model: folder '{cosmos.base_model}' does not exist. "
              f"Download it with: {download_command(cosmos.base_model)}  (or generate the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out {cosmos.base_model})")
-    _require(data.data_root_dir is not None, "datasets.vla_data.data_root_dir is not set: pass --datasets.vla_data.data_root_dir DIR")
-    _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
+    from DiT4DiT.dataloader.mixtures import is_path, resolve_data_mix
+
+    if is_path(data.data_mix):
+        resolve_data_mix(data.data_mix, data.data_config)  # ConfigError naming a missing path or a bad mixture file
+    else:
+        _require(data.data_root_dir is not None, f"datasets.vla_data.data_root_dir is not set (data_mix={data.data_mix} "
+                 "names folders under it): pass --datasets.vla_data.data_root_dir DIR, or give data_mix as a path")
+        _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
     if data.cache_dir is not None:
         check_folder_path("datasets.vla_data.cache_dir", Path(data.cache_dir).expanduser())
     if trainer.pretrained_checkpoint:

@@ -1,9 +1,18 @@
-"""Data pipeline: GR00T-flavoured LeRobot v2.x datasets → mixture samples in the original's example-dict format."""
+"""Data pipeline: LeRobot datasets (v2.x / v3.0, videos or images) → mixture samples in the original's example-dict format.
 
-from DiT4DiT.dataloader.build import build_vla_dataset, build_vla_datasets
-from DiT4DiT.dataloader.dataset import MixtureDataset, collate_fn
-from DiT4DiT.dataloader.errors import DataError
-from DiT4DiT.dataloader.statistics import save_dataset_statistics
-from DiT4DiT.dataloader.transforms import Normalizer
+Names are imported on first use, so the config rules can read the mixtures and data configs without torch.
+"""
 
-__all__ = ["DataError", "MixtureDataset", "Normalizer", "build_vla_dataset", "build_vla_datasets", "collate_fn", "save_dataset_statistics"]
+import importlib
+
+_HOMES = {
+    "build_vla_dataset": "build", "build_vla_datasets": "build", "MixtureDataset": "dataset", "collate_fn": "dataset",
+    "DataError": "errors", "save_dataset_statistics": "statistics", "Normalizer": "transforms",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -1,22 +1,25 @@
-"""From the config to a dataset: check settings, find the mixture's folders, index them, merge statistics."""
+"""From the data config section to datasets: find the mixture's folders, index them, merge statistics."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.dataloader import checks
 from DiT4DiT.dataloader.cache import cache_root
-from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
+from DiT4DiT.dataloader.data_configs import DataConfig
 from DiT4DiT.dataloader.dataset import EpisodeSteps, MixtureDataset, SampleShape
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.index import DatasetIndex, check_widths, load_index
-from DiT4DiT.dataloader.mixtures import MixtureEntry, mixture_presence, resolve_mixture
+from DiT4DiT.dataloader.mixtures import MixtureEntry, is_path, mixture_presence, resolve_data_mix
+from DiT4DiT.dataloader.modality import attach_modality, choose_config
 from DiT4DiT.dataloader.reader import DatasetLayout
-from DiT4DiT.dataloader.statistics import concat_statistics, merge_statistics, slice_statistics, statistics_section
+from DiT4DiT.dataloader.statistics import (concat_statistics, merge_statistics, slice_statistics, statistics_section,
+                                           stored_statistics)
+from DiT4DiT.dataloader.summary import dataset_line
 from DiT4DiT.dataloader.transforms import Normalizer, encoded_width
 from DiT4DiT.dataloader.video import frame_decoder
 
@@ -25,28 +28,25 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "eval")
 
 
-def _sample_shape(cfg) -> SampleShape:
-    vla = cfg.datasets.vla_data
+def sample_shape(vla, action_horizon: int) -> SampleShape:
     return SampleShape(
         video_offsets=tuple(vla.video_delta_indices[:: vla.action_video_freq_ratio]),
-        action_horizon=cfg.framework.action_model.future_action_window_size + 1,
+        action_horizon=action_horizon,
         image_size=vla.image_size,
         max_state_dim=vla.max_state_dim,
         max_action_dim=vla.max_action_dim,
     )
 
 
-def _check_horizon(config: DataConfig, shape: SampleShape, data_mix: str) -> None:
+def _check_horizon(layout: DatasetLayout, config: DataConfig, shape: SampleShape) -> None:
+    # Named mixtures and named data configs are checked when the config loads; this catches `auto`'s choice.
     if config.action_horizon is not None and config.action_horizon != shape.action_horizon:
-        raise ConfigError(
-            f"data config '{config.name}' (datasets.vla_data.data_mix={data_mix}) fixes the action chunk at "
-            f"{config.action_horizon} steps, but framework.action_model.future_action_window_size + 1 = "
-            f"{shape.action_horizon}; set framework.action_model.future_action_window_size="
-            f"{config.action_horizon - 1} or pick a mixture whose data config follows the window (e.g. robotwin)"
-        )
+        raise DataError(f"{layout.root}: data config '{config.name}' fixes the action chunk at {config.action_horizon} "
+                        f"steps, but the run's chunk is {shape.action_horizon}; set datasets.vla_data.data_config to "
+                        "a data config whose chunk follows framework.action_model.future_action_window_size")
 
 
-def _present(entries: list[MixtureEntry], root: Path, data_mix: str) -> list[MixtureEntry]:
+def _present(entries: list[MixtureEntry], root: Path | None, data_mix: str) -> list[MixtureEntry]:
     found, missing, problem = mixture_presence(entries, root, data_mix)
     if problem:
         raise DataError(problem + " (python -m DiT4DiT.tools.tiny_dataset --data_mix NAME writes tiny ones)")
@@ -62,8 +62,8 @@ def _check_widths_fit(config: DataConfig, steps: EpisodeSteps, shape: SampleShap
         keys = config.state_keys if group == "state" else config.action_keys
         width = encoded_width(_modes(config, keys, slices))  # sin/cos state keys take two dims each
         if width > limit:
-            raise ConfigError(f"{steps.layout.root}: data config '{config.name}' gives {width}-dim {group}s, more than "
-                              f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
+            raise DataError(f"{steps.layout.root}: data config '{config.name}' gives {width}-dim {group}s, more than "
+                            f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
 
 
 def _split_episodes(layout: DatasetLayout, holdout: int, split: str) -> list[int]:
@@ -71,8 +71,8 @@ def _split_episodes(layout: DatasetLayout, holdout: int, split: str) -> list[int
     if holdout == 0:
         return episodes
     if holdout >= len(episodes):
-        raise ConfigError(f"{layout.root}: datasets.vla_data.holdout_episodes={holdout} leaves no training episode "
-                          f"({len(episodes)} episodes); lower it (0 evaluates on training episodes)")
+        raise DataError(f"{layout.root}: datasets.vla_data.holdout_episodes={holdout} leaves no training episode "
+                        f"({len(episodes)} episodes); lower it (0 evaluates on training episodes)")
     return episodes[-holdout:] if split == "eval" else episodes[:-holdout]
 
 
@@ -113,33 +113,50 @@ def _tag_statistics(members: list[tuple[EpisodeSteps, DatasetIndex]]) -> tuple[d
                    Normalizer(action_modes, action, [s.width for s in first.action_slices]))
 
 
-def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
-    """The mixture named by `datasets.vla_data.data_mix`, one dataset per split ("eval" = the held-out episodes),
-    from one pass over its folders: each dataset is indexed once and the statistics are merged once."""
+def _views(vla, indexed: list[tuple[EpisodeSteps, DatasetIndex]]) -> str:
+    """The camera layout of the run: datasets.vla_data.views, or (auto) the one of the mixture's data configs."""
+    if vla.views != "auto":
+        return vla.views
+    several = {steps.config.views: steps for steps, _ in indexed if len(steps.camera_keys) > 1}
+    if len(several) > 1:
+        raise DataError("datasets of data_mix combine cameras differently ("
+                        + ", ".join(f"{s.layout.name}: {v} ({s.config.name})" for v, s in several.items())
+                        + "); set datasets.vla_data.views to side_by_side or as_frames")
+    return next(iter(several), "side_by_side")
+
+
+def _index(layout: DatasetLayout, steps: EpisodeSteps, vla, cache_dir: Path) -> DatasetIndex:
+    numeric = sorted({s.column for s in steps.slices().values()})
+    index = load_index(layout, numeric, steps.language_column, cache_dir, vla.skip_non_finite_episodes)
+    if vla.statistics == "dataset":
+        widths = {c: index.widths[c] for c in numeric}
+        index = replace(index, statistics=stored_statistics(layout.meta_path("stats.json"), widths))
+    return index
+
+
+def build_datasets(vla, *, action_horizon: int, seed: int, splits=SPLITS) -> dict[str, MixtureDataset]:
+    """The datasets of `vla.data_mix` (the `datasets.vla_data` section), one per split ("eval" = the held-out
+    episodes), from one pass over its folders: each dataset is indexed once and the statistics are merged once.
+    `action_horizon` is the run's action chunk; `seed` fixes the sample order."""
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise ValueError(f"split={unknown[0]!r}: use one of {list(SPLITS)}")
-    vla = cfg.datasets.vla_data
-    shape = _sample_shape(cfg)
+    shape = sample_shape(vla, action_horizon)
     decode = frame_decoder(vla.video_backend)
-    entries = resolve_mixture(vla.data_mix)
-    for entry in entries:
-        if entry.data_config not in DATA_CONFIGS:
-            raise ConfigError(f"mixture '{vla.data_mix}' names data config '{entry.data_config}', which does not "
-                              f"exist; known: {sorted(DATA_CONFIGS)}")
-        _check_horizon(DATA_CONFIGS[entry.data_config], shape, vla.data_mix)
-    if vla.data_root_dir is None:
-        raise ConfigError("datasets.vla_data.data_root_dir is not set; point it at the folder holding the mixture's "
-                          "datasets (e.g. playground/Datasets/robotwin_tiny from python -m DiT4DiT.tools.tiny_dataset --data_mix robotwin)")
-    root = Path(vla.data_root_dir).expanduser()
+    entries = resolve_data_mix(vla.data_mix, vla.data_config)
+    # Named mixtures live under data_root_dir; a path data_mix gives absolute folders (root / absolute = absolute).
+    root = Path(vla.data_root_dir).expanduser() if vla.data_root_dir else None
+    if is_path(vla.data_mix):
+        root = Path("/")
     cache_dir = cache_root(vla.cache_dir)
-    weights, indexed = [], []
+    weights, indexed, sources = [], [], []
     for entry in _present(entries, root, vla.data_mix):
-        config = DATA_CONFIGS[entry.data_config]
         layout = DatasetLayout(root / entry.dataset)
+        config = choose_config(layout, entry.data_config)
+        _check_horizon(layout, config, shape)
+        sources.append(attach_modality(layout, config, cache_dir))
         steps = EpisodeSteps(layout, config, shape)
-        numeric = sorted({s.column for s in steps.slices().values()})
-        index = load_index(layout, numeric, steps.language_column, cache_dir, vla.skip_non_finite_episodes)
+        index = _index(layout, steps, vla, cache_dir)
         checks.report_skipped(layout, index.skipped)
         check_widths(layout, index, steps.slices())
         _check_widths_fit(config, steps, shape)
@@ -150,19 +167,31 @@ def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
             raise DataError(f"{layout.root}: {len(missing)} video file(s) missing, e.g. {missing[0]}; restore them "
                             "(info.json video_path names them) or remove their episodes from meta/episodes.jsonl")
         checks.probe_videos(layout, steps.episodes, steps.video_keys, index.lengths, cache_dir)
+        checks.check_image_columns(layout, steps.episodes, steps.image_keys)
         weights.append(entry.weight)
         indexed.append((steps, index))
+    views = _views(vla, indexed)
+    for (steps, index), source in zip(indexed, sources):
+        log.info(dataset_line(steps, index, holdout=vla.holdout_episodes, views=views, modality=source,
+                              statistics=vla.statistics))
     statistics, normalizers = {}, {}
     for tag in dict.fromkeys(steps.config.embodiment_tag for steps, _ in indexed):
         statistics[tag], normalizers[tag] = _tag_statistics([m for m in indexed if m[0].config.embodiment_tag == tag])
+        statistics[tag]["views"] = views
     instructions = [steps.layout.tasks[t] for steps, index in indexed for tasks in index.episode_tasks.values()
                     for t in tasks]
     datasets = {}
     for split in splits:
         parts = [_split_steps(steps, index, shape, vla.holdout_episodes, split) for steps, index in indexed]
-        datasets[split] = MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, cfg.seed,
-                                         decode)
+        datasets[split] = MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, seed, decode,
+                                         views=views, mask_padded_actions=vla.mask_padded_actions)
     return datasets
+
+
+def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
+    """`build_datasets` for a whole run config: its data section, action chunk and seed."""
+    return build_datasets(cfg.datasets.vla_data, action_horizon=cfg.framework.action_model.future_action_window_size + 1,
+                          seed=cfg.seed, splits=splits)
 
 
 def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, holdout: int, split: str) -> EpisodeSteps:

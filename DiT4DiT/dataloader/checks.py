@@ -16,6 +16,7 @@ import numpy as np
 from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.cache import cache_file, read_cached
 from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.meta_schema import image_size
 from DiT4DiT.dataloader.reader import DatasetLayout
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,36 @@ def check_not_empty(path: Path, episode: int, rows: int) -> None:
     if rows == 0:
         raise DataError(f"{path}: episode {episode} has no rows (zero-length episode); remove it from "
                         "meta/episodes.jsonl or re-record it")
+
+
+# Beyond this magnitude, squares (std) and differences (min_max ranges) of float32 values overflow to inf.
+LARGEST_VALUE = 1e18
+
+
+def check_column_type(path: Path, episode: int, column: str, values: np.ndarray, integer: bool = False) -> None:
+    """State, action and timestamp columns hold numbers; the language column integer task indices."""
+    wanted = np.integer if integer else np.number
+    if not np.issubdtype(values.dtype, wanted) or values.dtype == np.bool_:
+        kind = "integer task indices" if integer else "numbers"
+        example = values.reshape(-1)[:1].tolist()
+        raise DataError(f"{path}: episode {episode}, column '{column}' holds {values.dtype} values (e.g. {example}), "
+                        f"not {kind}; rewrite the column with a numeric dtype")
+
+
+def check_magnitude(path: Path, episode: int, column: str, values: np.ndarray) -> None:
+    """Values so large that normalising them overflows float32 to inf (e.g. 1e38 placeholders)."""
+    too_large = np.abs(values) > LARGEST_VALUE
+    if too_large.any():
+        row, dim = (int(i) for i in np.argwhere(too_large)[0])
+        raise DataError(f"{path}: episode {episode}, column '{column}', row {row} (dim {dim}) is {values[row, dim]:.3g}; "
+                        f"values beyond +-{LARGEST_VALUE:.0e} overflow when normalised. Fix the recording or its units")
+
+
+def check_timestamps(path: Path, episode: int, timestamps: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(timestamps.astype(np.float64)))
+    if len(bad):
+        raise DataError(f"{path}: episode {episode}, column 'timestamp', row {int(bad[0])} is {timestamps[bad[0]]}; "
+                        "frames are found by time, so every row needs a finite time: rewrite it as frame_index / fps")
 
 
 def non_finite(path: Path, episode: int, column: str, values: np.ndarray) -> str | None:
@@ -77,16 +108,11 @@ def _probe(path: Path, episode: int) -> dict:
                         "re-encode or restore the file") from exc
 
 
-def _declared_size(layout: DatasetLayout, video_key: str) -> tuple[int, int] | None:
-    shape = layout.info.get("features", {}).get(video_key, {}).get("shape")
-    return (int(shape[0]), int(shape[1])) if shape and len(shape) >= 2 else None
-
-
 def probe_videos(layout: DatasetLayout, episodes, video_keys: list[str], lengths: dict[int, int], cache_dir: Path) -> None:
     """Every video of these episodes opens and decodes, covers its episode's rows, and has info.json's size.
 
-    Unreadable or too short -> DataError; another resolution than info.json's -> a warning naming the file
-    (frames are resized anyway). Probes are cached by each file's name, size and mtime.
+    Unreadable or too short -> DataError; another resolution than info.json's -> one warning for the dataset
+    naming a file (frames are resized anyway). Probes are cached by each file's name, size and mtime.
     """
     videos = [(int(e), key, layout.video_path(int(e), key)) for e in episodes for key in video_keys]
     stats = [f"{p.relative_to(layout.root)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for _, _, p in videos]
@@ -95,14 +121,30 @@ def probe_videos(layout: DatasetLayout, episodes, video_keys: list[str], lengths
     if probes is None:
         probes = {str(path.relative_to(layout.root)): _probe(path, episode) for episode, _, path in videos}
         write_json_atomic(cache, probes)
+    mismatched = []
     for episode, key, path in videos:
         probe = probes[str(path.relative_to(layout.root))]
         # A container may not record its frame count (0); the decoder then finds a short video when sampling.
         if 0 < probe["frames"] < lengths[episode] - 1:
             raise DataError(f"{path}: {probe['frames']} frames for an episode of {lengths[episode]} rows (episode "
                             f"{episode}); the last steps have no frame. Re-encode the video or fix the episode")
-        declared = _declared_size(layout, key)
+        declared = image_size(layout.info.get("features", {}).get(key, {}))
         if declared and declared != (probe["height"], probe["width"]):
-            log.warning("%s: %dx%d frames, but meta/info.json features.%s.shape says %dx%d (height x width); frames "
-                        "are resized to image_size either way, check that this is the right video", path,
-                        probe["height"], probe["width"], key, *declared)
+            mismatched.append((path, probe, key, declared))
+    if mismatched:
+        path, probe, key, declared = mismatched[0]
+        log.warning("%s: %d video(s) differ from meta/info.json's size, e.g. %s: %dx%d frames, but features.%s.shape "
+                    "says %dx%d (height x width); frames are resized to image_size either way, check that these are "
+                    "the right videos", layout.root, len(mismatched), path, probe["height"], probe["width"], key,
+                    *declared)
+
+
+def check_image_columns(layout: DatasetLayout, episodes, image_keys: list[str]) -> None:
+    """Cameras stored as images: every episode's parquet file has their columns (read from the schema only)."""
+    import pyarrow.parquet as pq
+
+    for path in dict.fromkeys(layout.parquet_path(int(e)) for e in episodes):
+        missing = [k for k in image_keys if k not in pq.read_schema(path).names]
+        if missing:
+            raise DataError(f"{path}: info.json gives camera(s) {missing} dtype 'image', but the file has no such "
+                            "column; restore the images or fix features.<camera>.dtype in meta/info.json")

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from DiT4DiT.dataloader.data_configs import DataConfig
 from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.images import decode_images
 from DiT4DiT.dataloader.reader import DatasetLayout, EpisodeCache, Slice
 from DiT4DiT.dataloader.transforms import Normalizer
 
@@ -35,6 +36,7 @@ class RawStep:
     action: np.ndarray  # (T_a, D)
     views: list[np.ndarray]  # per camera, side-by-side order: (T, H, W, 3) uint8
     lang: str
+    action_in_episode: np.ndarray  # (T_a,) bool: false for steps past the episode's end (lerobot's action_is_pad)
 
 
 def _rows(values: np.ndarray, rows: np.ndarray, absolute: bool) -> np.ndarray:
@@ -52,11 +54,15 @@ class EpisodeSteps:
         self.layout, self.config, self.shape = layout, config, shape
         self.state_slices = [layout.slice_of(k, config.name) for k in config.state_keys]
         self.action_slices = [layout.slice_of(k, config.name) for k in config.action_keys]
-        self.video_keys = [layout.video_key_of(k, config.name) for k in config.ordered_video_keys()]
-        self.fps = [layout.video_fps(k) for k in self.video_keys]
+        self.camera_keys = [layout.video_key_of(k, config.name) for k in config.ordered_video_keys()]
+        self.image_keys = [k for k in self.camera_keys if layout.camera_dtype(k) == "image"]
+        self.video_keys = [k for k in self.camera_keys if k not in self.image_keys]  # mp4 files
+        self.fps = {k: layout.video_fps(k) for k in self.video_keys}
         self.language_column = layout.language_column_of(config.language_key, config.name)
         columns = {s.column for s in self.state_slices + self.action_slices} | {"timestamp", self.language_column}
         self._tables = EpisodeCache(layout, sorted(columns))
+        # Image cells are large: few episodes of them are kept.
+        self._images = EpisodeCache(layout, self.image_keys, capacity=2) if self.image_keys else None
         self.select_episodes([], {})
 
     def select_episodes(self, episodes: Sequence[int], lengths: dict[int, int]) -> None:
@@ -88,34 +94,51 @@ class EpisodeSteps:
         # Frames past the episode's ends repeat its first / last frame.
         frames = np.clip(t + np.asarray(self.shape.video_offsets), 0, length - 1)
         timestamps = np.asarray(table["timestamp"], dtype=np.float64)[frames]
-        views = [decode(self.layout.video_path(episode, key), timestamps + self.layout.video_start(episode, key),
-                        fps=fps, episode=episode) for key, fps in zip(self.video_keys, self.fps)]
+        images = self._images.get(episode) if self._images else {}
+        where = f"{self.layout.parquet_path(episode)}: episode {episode}"
+        views = [decode_images(images[key], frames, self.layout.root, f"{where}, column '{key}'") if key in images
+                 else decode(self.layout.video_path(episode, key), timestamps + self.layout.video_start(episode, key),
+                             fps=self.fps[key], episode=episode) for key in self.camera_keys]
         task = int(table[self.language_column][t])
         if task not in self.layout.tasks:
-            raise DataError(f"{self.layout.parquet_path(episode)}: episode {episode}, frame {t}: task index {task} "
-                            f"is not in {self.layout.meta_path('tasks.jsonl')}; add it there")
-        return RawStep(state=state, action=action, views=views, lang=self.layout.tasks[task])
+            raise DataError(f"{where}, frame {t}: task index {task} is not in "
+                            f"{self.layout.meta_path('tasks.jsonl')}; add it there")
+        return RawStep(state=state, action=action, views=views, lang=self.layout.tasks[task],
+                       action_in_episode=rows < length)
 
     def slices(self) -> dict[str, Slice]:
         keys = self.config.state_keys + self.config.action_keys
         return dict(zip(keys, self.state_slices + self.action_slices))
 
 
-def side_by_side(views: Sequence[np.ndarray], size: int) -> list[torch.Tensor]:
-    """Per frame, every view resized to size x size (bilinear, as the original) and concatenated along the width.
+def combine_views(views: Sequence[np.ndarray], size: int, layout: str = "side_by_side") -> list[torch.Tensor]:
+    """Every view resized to size x size (bilinear, as the original), then per frame concatenated along the width
+    (`side_by_side`: T frames of size x size*V) or each view's frames after the previous view's (`as_frames`:
+    V*T frames of size x size, the original's layout for two non-wrist cameras).
 
     The resize runs on uint8 (twice as fast as on float): rounding to 1/255 is finer than the bf16 the
     backbone reads the frames in (2^-8 near 0.5), so the model sees the same values.
     """
     frames = len(views[0])
-    out = torch.empty((frames, 3, size, size * len(views)), dtype=torch.float32)
+    if layout == "as_frames":
+        out = torch.empty((len(views) * frames, 3, size, size), dtype=torch.float32)
+    else:
+        out = torch.empty((frames, 3, size, size * len(views)), dtype=torch.float32)
     for position, pixels in enumerate(views):
         # (T, H, W, 3) seen as channels-last (T, 3, H, W): resizing reads it without a transposing copy.
         x = torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2)
         if tuple(x.shape[-2:]) != (size, size):
             x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=False)
-        out[..., position * size:(position + 1) * size] = x
+        if layout == "as_frames":
+            out[position * frames:(position + 1) * frames] = x
+        else:
+            out[..., position * size:(position + 1) * size] = x
     return list(out.div_(255.0).unbind(0))
+
+
+def side_by_side(views: Sequence[np.ndarray], size: int) -> list[torch.Tensor]:
+    """Per frame, every view resized to size x size and concatenated along the width."""
+    return combine_views(views, size, "side_by_side")
 
 
 def _padded(values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -132,7 +155,8 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     def __init__(self, parts: Sequence[EpisodeSteps], weights: Sequence[float],
                  normalizers: dict[str, tuple[Normalizer, Normalizer]], statistics: dict, instructions: Sequence[str],
-                 shape: SampleShape, seed: int, decode: FrameDecoder):
+                 shape: SampleShape, seed: int, decode: FrameDecoder, views: str = "side_by_side",
+                 mask_padded_actions: bool = False):
         self.parts = list(parts)
         raw = np.asarray(weights, dtype=np.float64)
         self.weights = raw / raw.sum()
@@ -144,6 +168,7 @@ class MixtureDataset(torch.utils.data.Dataset):
         self._instructions = sorted(set(instructions))
         self.shape, self.seed, self.epoch = shape, int(seed), 0
         self.frame_decoder = decode  # replaceable, e.g. by a benchmark's baseline decoder
+        self.views, self.mask_padded_actions = views, mask_padded_actions
 
     def __len__(self) -> int:
         return self._length
@@ -173,8 +198,10 @@ class MixtureDataset(torch.utils.data.Dataset):
         state_norm, action_norm = self.normalizers[part.config.embodiment_tag]
         state, state_mask = _padded(state_norm.normalize(raw.state)[None, :], self.shape.max_state_dim)
         action, action_mask = _padded(action_norm.normalize(raw.action), self.shape.max_action_dim)
+        if self.mask_padded_actions:
+            action_mask &= raw.action_in_episode[:, None]
         return {
-            "image": side_by_side(raw.views, self.shape.image_size),
+            "image": combine_views(raw.views, self.shape.image_size, self.views),
             "lang": raw.lang,
             "action": action,
             "action_mask": action_mask,

@@ -21,7 +21,7 @@ from DiT4DiT.dataloader.statistics import column_statistics
 
 log = logging.getLogger(__name__)
 
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -44,28 +44,34 @@ def _scan(layout: DatasetLayout, numeric: list[str], language_column: str, skip_
     for episode in sorted(layout.episodes):
         table = read_episode_columns(layout, episode, columns)
         rows = len(table["timestamp"])
-        checks.check_not_empty(layout.parquet_path(episode), episode, rows)
-        problem = next(filter(None, (checks.non_finite(layout.parquet_path(episode), episode, c,
-                                                       table[c].reshape(rows, -1)) for c in numeric)), None)
+        path = layout.parquet_path(episode)
+        checks.check_not_empty(path, episode, rows)
+        for column in [*numeric, "timestamp"]:
+            checks.check_column_type(path, episode, column, table[column])
+        checks.check_column_type(path, episode, language_column, table[language_column], integer=True)
+        checks.check_timestamps(path, episode, table["timestamp"])
+        problem = next(filter(None, (checks.non_finite(path, episode, c, table[c].reshape(rows, -1))
+                                     for c in numeric)), None)
         if problem and not skip_non_finite:
             raise DataError(problem)
         if problem:
             skipped[episode] = problem
             continue
         if rows != layout.episodes[episode]:
-            raise DataError(f"{layout.parquet_path(episode)}: episode {episode} has {rows} rows but "
+            raise DataError(f"{path}: episode {episode} has {rows} rows but "
                             f"meta/episodes.jsonl says length {layout.episodes[episode]}; make them agree")
         for column in numeric:
             array = table[column].reshape(rows, -1)
+            checks.check_magnitude(path, episode, column, array)
             if column in widths and widths[column] != array.shape[1]:
-                raise DataError(f"{layout.parquet_path(episode)}: column '{column}' is {array.shape[1]} wide in "
+                raise DataError(f"{path}: column '{column}' is {array.shape[1]} wide in "
                                 f"episode {episode} but {widths[column]} wide in earlier episodes; make them agree")
             widths[column] = array.shape[1]
             values[column].append(array)
         tasks = sorted({int(v) for v in np.unique(table[language_column])})
         unknown = [t for t in tasks if t not in layout.tasks]
         if unknown:
-            raise DataError(f"{layout.parquet_path(episode)}: column '{language_column}' of episode {episode} holds "
+            raise DataError(f"{path}: column '{language_column}' of episode {episode} holds "
                             f"task index(es) {unknown} missing from {layout.meta_path('tasks.jsonl')}; add them there")
         lengths[episode], episode_tasks[episode] = rows, tasks
     if not lengths:

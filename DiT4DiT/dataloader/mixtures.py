@@ -1,12 +1,20 @@
-"""Named dataset mixtures: `datasets.vla_data.data_mix` → (dataset folder, sampling weight, data config) entries."""
+"""`datasets.vla_data.data_mix` → (dataset folder, sampling weight, data config) entries.
+
+data_mix is a named mixture (the original's names, folders under data_root_dir), or a path: one LeRobot dataset
+folder, a folder of them (one or two levels down), or a mixture file (YAML list of {path, weight, data_config}).
+"""
 
 from __future__ import annotations
 
 import difflib
+import os
+from numbers import Real
 from pathlib import Path
 from typing import NamedTuple
 
-from DiT4DiT.config.schema import ConfigError
+import yaml
+
+from DiT4DiT.config.errors import ConfigError
 
 ROBOTWIN_TASKS = (
     "adjust_bottle", "beat_block_hammer", "blocks_ranking_rgb", "blocks_ranking_size", "click_alarmclock",
@@ -23,9 +31,13 @@ ROBOTWIN_TASKS = (
 
 
 class MixtureEntry(NamedTuple):
-    dataset: str  # folder under data_root_dir (may contain '/')
+    dataset: str  # folder under data_root_dir (may contain '/'), or an absolute path (data_mix given as a path)
     weight: float  # sampling weight
-    data_config: str  # key of DATA_CONFIGS
+    data_config: str  # key of DATA_CONFIGS, or "auto" (the one that fits the dataset's features)
+
+
+MIXTURE_FILE_SUFFIXES = (".yaml", ".yml")
+ENTRY_KEYS = ("path", "weight", "data_config")
 
 
 def _both_splits(data_config: str) -> list[MixtureEntry]:
@@ -85,30 +97,105 @@ DATASET_NAMED_MIXTURES: dict[str, list[MixtureEntry]] = {
 }
 
 
+def is_path(data_mix: str) -> bool:
+    """Whether data_mix names files (a dataset, a folder of them, a mixture file) rather than a named mixture."""
+    if data_mix in DATASET_NAMED_MIXTURES:
+        return False
+    return ("/" in data_mix or os.sep in data_mix or data_mix.endswith(MIXTURE_FILE_SUFFIXES)
+            or Path(data_mix).expanduser().exists())
+
+
+def is_dataset(folder: Path) -> bool:
+    return (folder / "meta" / "info.json").is_file()
+
+
+def dataset_folders(root: Path) -> list[Path]:
+    """LeRobot dataset folders (with meta/info.json) one or two levels below `root`."""
+    return sorted(p.parent.parent for p in [*root.glob("*/meta/info.json"), *root.glob("*/*/meta/info.json")])
+
+
+def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry:
+    where = f"{path}, entry {number}"
+    if not isinstance(item, dict) or "path" not in item:
+        raise ConfigError(f"{where}: {item!r} is not a mapping with a 'path'; write '- {{path: DIR, weight: 1.0, "
+                          "data_config: robotwin}'")
+    unknown = sorted(set(item) - set(ENTRY_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; an entry has {list(ENTRY_KEYS)}")
+    weight = item.get("weight", 1.0)
+    if not isinstance(weight, Real) or isinstance(weight, bool) or not weight > 0:
+        raise ConfigError(f"{where}: weight {weight!r} must be a positive number (1.0 = visited once per epoch)")
+    config = item.get("data_config") or data_config
+    folder = (path.parent / str(item["path"])).expanduser().resolve()
+    if not is_dataset(folder):
+        raise ConfigError(f"{where}: {folder} is not a LeRobot dataset folder (no meta/info.json); fix 'path' "
+                          "(relative paths start at the mixture file's folder)")
+    return MixtureEntry(str(folder), float(weight), str(config))
+
+
+def _mixture_file(path: Path, data_config: str) -> list[MixtureEntry]:
+    try:
+        items = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: mixture file cannot be read ({exc}); write a YAML list of "
+                          "{path, weight, data_config}") from exc
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{path}: a mixture file is a non-empty YAML list of {{path, weight, data_config}} entries")
+    return [_file_entry(item, number, path, data_config) for number, item in enumerate(items, start=1)]
+
+
+def resolve_data_mix(data_mix: str, data_config: str = "auto") -> list[MixtureEntry]:
+    """The entries of `datasets.vla_data.data_mix`: a named mixture (its own data configs), or a path whose
+    datasets are read through `data_config` (a mixture file's entries may name their own)."""
+    if not is_path(data_mix):
+        return resolve_mixture(data_mix)
+    path = Path(data_mix).expanduser().resolve()
+    if path.suffix in MIXTURE_FILE_SUFFIXES and path.is_file():
+        entries = _mixture_file(path, data_config)
+    elif is_dataset(path):
+        entries = [MixtureEntry(str(path), 1.0, data_config)]
+    elif path.is_dir() and dataset_folders(path):
+        entries = [MixtureEntry(str(folder), 1.0, data_config) for folder in dataset_folders(path)]
+    else:
+        what = "does not exist" if not path.exists() else "holds no LeRobot dataset (meta/info.json) one or two levels down"
+        raise ConfigError(f"datasets.vla_data.data_mix={data_mix}: {path} {what}; give a dataset folder, a folder of "
+                          "datasets, a mixture file (.yaml) or a mixture name")
+    return _unique(entries)
+
+
+def _unique(entries) -> list[MixtureEntry]:
+    """Entries with duplicates of (dataset, data config) dropped, as the original does."""
+    seen, unique = set(), []
+    for entry in entries:
+        if (entry.dataset, entry.data_config) not in seen:
+            seen.add((entry.dataset, entry.data_config))
+            unique.append(entry)
+    return unique
+
+
 def resolve_mixture(name: str) -> list[MixtureEntry]:
     """The entries of a named mixture, duplicates of (dataset, data config) dropped."""
     if name not in DATASET_NAMED_MIXTURES:
         valid = list(DATASET_NAMED_MIXTURES)
         ranked = difflib.get_close_matches(name, valid, n=len(valid), cutoff=0.0)
-        raise ConfigError(f"datasets.vla_data.data_mix={name!r} is not a known mixture; valid names: {', '.join(ranked)}")
-    seen, entries = set(), []
-    for entry in DATASET_NAMED_MIXTURES[name]:
-        if (entry.dataset, entry.data_config) not in seen:
-            seen.add((entry.dataset, entry.data_config))
-            entries.append(entry)
-    return entries
+        raise ConfigError(f"datasets.vla_data.data_mix={name!r} is neither a known mixture nor an existing path; "
+                          f"valid names: {', '.join(ranked)}")
+    return _unique(DATASET_NAMED_MIXTURES[name])
 
 
-def mixture_presence(entries: list[MixtureEntry], root: Path, data_mix: str) -> tuple[list[MixtureEntry], list[str], str | None]:
+def mixture_presence(entries: list[MixtureEntry], root: Path | None, data_mix: str) -> tuple[list[MixtureEntry], list[str], str | None]:
     """The one completeness rule (trainer and launcher preflight): datasets are folders under the data root;
     missing ones are skipped with a warning, and at least one must be there.
 
     Returns (present entries, missing dataset names, the problem when none is present).
     """
-    found = [e for e in entries if (Path(root) / e.dataset).is_dir()]
+    found = [e for e in entries if root is not None and (Path(root) / e.dataset).is_dir()]
     missing = [e.dataset for e in entries if e not in found]
     problem = None
-    if not found:
+    if root is None:
+        problem = (f"datasets.vla_data.data_root_dir is not set, but data_mix={data_mix} names folders under it; "
+                   "set it, or give data_mix as a path")
+    elif not found:
         problem = (f"datasets.vla_data.data_mix={data_mix}: none of its {len(entries)} datasets is under "
                    f"datasets.vla_data.data_root_dir={root} (expected folders such as {', '.join(missing[:3])}); point "
                    "data_root_dir at the folder holding them")

@@ -2,7 +2,9 @@
 
 Both layouts: v2.x (one parquet and one mp4 per camera per episode, meta/*.jsonl) and v3.0 (many episodes per
 parquet and mp4 file, meta/episodes/*/*.parquet and meta/tasks.parquet). Each folder's meta/info.json
-(`codebase_version`) says which it is, so one mixture may hold both.
+(`codebase_version`) says which it is, so one mixture may hold both. Cameras are mp4 videos or, in datasets
+written with `use_videos=False`, images stored in the parquet files (`dtype: image`). meta/modality.json is
+optional: without it the caller gives one derived from info.json (DiT4DiT.dataloader.modality).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.meta_schema import check_info, check_modality
 
-META_FILES = ("info.json", "episodes.jsonl", "tasks.jsonl", "modality.json")
-META_FILES_V3 = ("info.json", "tasks.parquet", "modality.json")
+META_FILES = ("info.json", "episodes.jsonl", "tasks.jsonl")
+META_FILES_V3 = ("info.json", "tasks.parquet")
+MODALITY = "modality.json"
 # GR00T's modality.json schema: where a state/action key lives when `original_key` is absent.
 DEFAULT_ORIGINAL_KEY = {"state": "observation.state", "action": "action"}
 
@@ -106,22 +110,27 @@ class DatasetLayout:
         self.root = Path(root)
         meta = self.root / "meta"
         info_path = meta / "info.json"
-        self.info: dict = _read_json(info_path) if info_path.is_file() else {}
+        if not info_path.is_file():
+            raise DataError(f"{self.root}: no meta/info.json, so this is not a LeRobot dataset folder; point "
+                            "data_mix (or data_root_dir) at the folder that holds meta/")
+        self.info: dict = check_info(_read_json(info_path), info_path)
         self.version = "v3" if str(self.info.get("codebase_version", "")).startswith("v3") else "v2"
         needed = META_FILES_V3 if self.version == "v3" else META_FILES
         missing = [name for name in needed if not (meta / name).is_file()]
-        if self.version == "v3" and not sorted(meta.glob("episodes/*/*.parquet")):
-            missing.append("episodes/chunk-*/file-*.parquet")
         if missing:
             raise DataError(
-                f"{self.root}: missing meta/{', meta/'.join(missing)}. A GR00T-flavoured LeRobot v2.x dataset needs "
+                f"{self.root}: missing meta/{', meta/'.join(missing)}. A LeRobot v2.x dataset needs "
                 f"meta/{', meta/'.join(META_FILES)}; a v3.0 one meta/{', meta/'.join(META_FILES_V3)} and "
                 "meta/episodes/; convert the dataset to one of those layouts (or fix data_root_dir / data_mix)"
             )
-        self.modality: dict = _read_json(meta / "modality.json")
-        for key in ("data_path", "chunks_size"):
-            if key not in self.info:
-                raise DataError(f"{meta / 'info.json'}: key '{key}' is missing; LeRobot info.json files define it")
+        if self.version == "v3" and not sorted(meta.glob("episodes/*/*.parquet")):
+            raise DataError(f"{self.root}: LeRobot v3.0 dataset without meta/episodes/*/*.parquet: the recording was "
+                            "not finalised; call dataset.finalize() after the last save_episode() (lerobot writes "
+                            "the episode tables then), or re-record")
+        modality_path = meta / MODALITY
+        # None until the caller derives one (build.py); an explicit file always wins.
+        self.modality: dict | None = (check_modality(_read_json(modality_path), modality_path)
+                                      if modality_path.is_file() else None)
         if self.version == "v3":
             self.episodes, self._files, self.tasks = _read_v3_episodes(meta)
         else:
@@ -132,9 +141,15 @@ class DatasetLayout:
 
     def meta_files(self) -> list[Path]:
         """The meta files whose content defines the dataset (what a cache key must cover)."""
+        modality = [self.meta_path(MODALITY)] if self.meta_path(MODALITY).is_file() else []
         if self.version == "v3":
-            return [self.meta_path(n) for n in META_FILES_V3] + sorted(self.root.glob("meta/episodes/*/*.parquet"))
-        return [self.meta_path(n) for n in META_FILES]
+            return ([self.meta_path(n) for n in META_FILES_V3] + modality
+                    + sorted(self.root.glob("meta/episodes/*/*.parquet")))
+        return [self.meta_path(n) for n in META_FILES] + modality
+
+    def camera_dtype(self, video_key: str) -> str:
+        """'video' (mp4 files) or 'image' (frames stored in the parquet column `video_key`)."""
+        return self.info.get("features", {}).get(video_key, {}).get("dtype", "video")
 
     @property
     def name(self) -> str:
@@ -157,8 +172,8 @@ class DatasetLayout:
     def video_path(self, episode: int, video_key: str) -> Path:
         template = self.info.get("video_path")
         if not template:
-            raise DataError(f"{self.meta_path('info.json')}: 'video_path' is empty, but camera '{video_key}' is needed; "
-                            "this loader reads videos stored as mp4 files")
+            raise DataError(f"{self.meta_path('info.json')}: 'video_path' is empty, but camera '{video_key}' is a "
+                            f"video; set features.{video_key}.dtype to 'image' if its frames are in the parquet files")
         if self.version == "v3":
             where = self._video_entry(episode, video_key, "file_index")
             return self.root / template.format(video_key=video_key, file_index=where,
@@ -181,7 +196,7 @@ class DatasetLayout:
 
     def _modality_entry(self, key: str, config_name: str) -> tuple[str, str, dict]:
         group, _, sub = key.partition(".")
-        entries = self.modality.get(group)
+        entries = (self.modality or {}).get(group)
         if not isinstance(entries, dict) or sub not in entries:
             known = sorted(entries) if isinstance(entries, dict) else []
             raise DataError(
@@ -194,8 +209,6 @@ class DatasetLayout:
     def slice_of(self, key: str, config_name: str) -> Slice:
         """The parquet column and range of a `state.*` / `action.*` key, honouring `original_key`."""
         group, sub, entry = self._modality_entry(key, config_name)
-        if "start" not in entry or "end" not in entry:
-            raise DataError(f"{self.meta_path('modality.json')}: '{group}.{sub}' needs 'start' and 'end'")
         return Slice(
             column=entry.get("original_key", DEFAULT_ORIGINAL_KEY[group]),
             start=int(entry["start"]),

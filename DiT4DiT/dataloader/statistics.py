@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.checks import check_statistics_finite
+from DiT4DiT.dataloader.errors import DataError
 
 STAT_NAMES = ("mean", "std", "max", "min", "q01", "q99")
 
@@ -75,3 +77,29 @@ def save_dataset_statistics(stats: dict, path: str | Path) -> None:
     """Write dataset_statistics.json atomically (temporary file + os.replace); never with a NaN or Inf in it."""
     check_statistics_finite(stats, Path(path))
     write_json_atomic(Path(path), stats)
+
+
+def stored_statistics(stats_path: Path, widths: dict[str, int]) -> dict[str, dict[str, list[float]]]:
+    """The dataset's own meta/stats.json for these columns (datasets.vla_data.statistics=dataset), checked to
+    hold every statistic we normalise with, at the columns' widths."""
+    if not stats_path.is_file():
+        raise DataError(f"{stats_path}: missing, but datasets.vla_data.statistics=dataset reads it; use "
+                        "datasets.vla_data.statistics=computed")
+    try:
+        stored = json.loads(stats_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{stats_path}: not valid JSON ({exc}); repair it or use datasets.vla_data.statistics=computed") from exc
+    result = {}
+    for column, width in widths.items():
+        entry = stored.get(column) if isinstance(stored, dict) else None
+        missing = [n for n in STAT_NAMES if not isinstance(entry, dict) or n not in entry]
+        if missing:
+            raise DataError(f"{stats_path}: '{column}' lacks {missing} (lerobot >= 0.4 writes q01/q99); use "
+                            "datasets.vla_data.statistics=computed")
+        values = {n: np.asarray(entry[n], dtype=np.float64).reshape(-1) for n in STAT_NAMES}
+        wrong = [n for n, v in values.items() if len(v) != width]
+        if wrong:
+            raise DataError(f"{stats_path}: '{column}' {wrong[0]} has {len(values[wrong[0]])} values for a column "
+                            f"{width} wide; regenerate the statistics or use datasets.vla_data.statistics=computed")
+        result[column] = {n: v.tolist() for n, v in values.items()}
+    return result

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.open_loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="RUN/checkpoints/steps_N_pytorch_model.pt")
-    parser.add_argument("--data_root_dir", required=True)
+    parser.add_argument("--data_root_dir", default=None, help="folder of a named mixture's datasets (not needed when "
+                        "--data_mix is a path)")
     parser.add_argument("--data_mix", required=True)
     parser.add_argument("--episodes", type=int, default=4, help="most episodes to evaluate")
     parser.add_argument("--out", required=True)
@@ -113,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seeds the flow-matching noise")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = [f"datasets.vla_data.data_root_dir={args.data_root_dir}", f"datasets.vla_data.data_mix={args.data_mix}"]
+    overrides = [f"datasets.vla_data.data_mix={args.data_mix}"]
+    if args.data_root_dir:
+        overrides.append(f"datasets.vla_data.data_root_dir={args.data_root_dir}")
     if args.cache_dir:
         overrides.append(f"datasets.vla_data.cache_dir={args.cache_dir}")
     try:

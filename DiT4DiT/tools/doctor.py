@@ -354,7 +354,7 @@ class Doctor:
         name = "device_memory"
         if self.cfg is None or folder_checks.base_model_problems(self.base_model):
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
-        views = mixture_views(self.cfg.datasets.vla_data.data_mix)
+        views = mixture_views(self.cfg.datasets.vla_data.data_mix, self.cfg.datasets.vla_data.data_config)
         est = estimate_training_memory(self.base_model, self.cfg, self.world_size, views)
         if est is None:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")

@@ -122,13 +122,25 @@ def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[
             if not (root / e.dataset / "meta" / "info.json").is_file()]
 
 
-CHECKS = {"base_model": base_model_problems, "data_root": data_root_problems}
+def data_mix_problems(data_mix: str) -> list[str]:
+    """A data_mix given as a path: the dataset folder, folder of datasets or mixture file resolves."""
+    from DiT4DiT.dataloader.mixtures import resolve_data_mix
+
+    try:
+        resolve_data_mix(data_mix)
+    except ValueError as err:
+        return [str(err)]
+    return []
+
+
+CHECKS = {"base_model": base_model_problems, "data_root": data_root_problems, "data_mix": data_mix_problems}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not 2 <= len(argv) <= 3 or argv[0] not in CHECKS or (len(argv) == 3 and argv[0] != "data_root"):
-        print("usage: python -m DiT4DiT.tools.folder_checks {base_model DIR | data_root DIR [DATA_MIX]}", file=sys.stderr)
+        print("usage: python -m DiT4DiT.tools.folder_checks {base_model DIR | data_root DIR [DATA_MIX] | data_mix PATH}",
+              file=sys.stderr)
         return 2
     problems = CHECKS[argv[0]](*argv[1:])
     for problem in problems:

@@ -64,12 +64,12 @@ def is_frozen(module: str, freeze_modules: str | None) -> bool:
     return any(module == path or module.startswith(path + ".") for path in module_paths(freeze_modules))
 
 
-def mixture_views(data_mix: str) -> int:
+def mixture_views(data_mix: str, data_config: str = "auto") -> int:
     """Cameras side by side in a sample of the mixture (the widest of its data configs)."""
-    from DiT4DiT.dataloader.data_configs import DATA_CONFIGS  # imports the data package (and torch) only here
-    from DiT4DiT.dataloader.mixtures import resolve_mixture
+    from DiT4DiT.dataloader.mixtures import resolve_data_mix  # imports the data package only here
+    from DiT4DiT.dataloader.modality import entry_config
 
-    return max(len(DATA_CONFIGS[entry.data_config].video_keys) for entry in resolve_mixture(data_mix))
+    return max(len(entry_config(entry).video_keys) for entry in resolve_data_mix(data_mix, data_config))
 
 
 def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int) -> Estimate | None:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.dataloader.mixtures import resolve_mixture
+from DiT4DiT.dataloader.mixtures import is_dataset, resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
 from DiT4DiT.model.modules.prompt_store import prompt_store_root
 
@@ -27,8 +27,8 @@ def unique_instructions(cfg) -> tuple[int, int]:
     vla = cfg.datasets.vla_data
     root = Path(vla.data_root_dir or ".").expanduser()
     tasks, found = set(), 0
-    for entry in resolve_mixture(vla.data_mix):
-        if (root / entry.dataset / "meta" / "tasks.jsonl").is_file():
+    for entry in resolve_data_mix(vla.data_mix, vla.data_config):
+        if is_dataset(root / entry.dataset):
             tasks.update(DatasetLayout(root / entry.dataset).tasks.values())
             found += 1
     return len(tasks), found

@@ -3,16 +3,20 @@
 Each dataset gets a few short episodes: one lossless h264 video per camera of the data config, state and action
 columns sliced by a GR00T modality.json into the config's keys (widths typical of the robot), one instruction.
 Frames draw a blob whose position, size and colour follow the state, so a model can learn actions from images.
-Deterministic from a seed; LeRobot v2.1 layout by default, v3.0 (many episodes per file) on request.
+Deterministic from a seed; LeRobot v2.1 layout by default, v3.0 (many episodes per file) on request. With
+--data_config, one dataset exactly as lerobot writes it: no modality.json, meta/stats.json, v3.0 with several
+files per chunk (--episodes_per_file), cameras as videos or (--images) as PNG images in the parquet files.
 
     python -m DiT4DiT.tools.tiny_dataset --data_mix libero_all --out playground/Datasets/libero_tiny
     python -m DiT4DiT.tools.tiny_dataset --data_mix robotwin --out DIR --datasets 3 --lerobot_version v3.0
+    python -m DiT4DiT.tools.tiny_dataset --data_config robotwin --out DIR/my_set --episodes_per_file 2 [--images]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import logging
 import shutil
@@ -39,26 +43,6 @@ LAYOUTS = {
              "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
 }
 PALETTE = ((230, 60, 40), (40, 200, 70), (50, 90, 230), (220, 190, 40))
-
-# Width of each state/action key as the robots' datasets store them (the data config names the keys only).
-KEY_WIDTHS: dict[str, dict[str, int]] = {
-    "robotwin": {"left_joints": 6, "right_joints": 6, "left_gripper": 1, "right_gripper": 1},
-    "libero_franka": {k: 1 for k in ("x", "y", "z", "roll", "pitch", "yaw", "pad", "gripper")},
-    "oxe_droid": {"eef_position": 3, "eef_rotation": 4, "gripper_position": 1, "eef_position_delta": 3,
-                  "eef_rotation_delta": 3},
-    "oxe_bridge": {k: 1 for k in ("x", "y", "z", "roll", "pitch", "yaw", "pad", "gripper")},
-    "oxe_rt1": {k: 1 for k in ("x", "y", "z", "rx", "ry", "rz", "rw", "gripper", "roll", "pitch", "yaw")},
-    "custom_robot_config": {"eef_position": 3, "eef_rotation": 4, "delta_eef_position": 3, "delta_eef_rotation": 3,
-                            "gripper_close": 1},
-    "demo_sim_franka_delta_joints": {"joints": 7, "delta_joints": 7, "gripper_close": 1},
-    "SO101": {f"{j}.pos": 1 for j in ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll",
-                                      "gripper")},
-    "fourier_gr1_arms_waist": {"left_arm": 7, "right_arm": 7, "left_hand": 6, "right_hand": 6, "waist": 3},
-    "g1_body29_aloha_arms_only": {"left_arm": 7, "right_arm": 7, "left_gripper": 1, "right_gripper": 1},
-    "fourier_gr1_arms_hands": {"left_arm": 7, "right_arm": 7, "left_hand": 6, "right_hand": 6},
-}
-KEY_WIDTHS["robotwin50"] = KEY_WIDTHS["arx_x5"] = KEY_WIDTHS["robotwin"]
-
 
 @dataclass(frozen=True)
 class Camera:
@@ -87,17 +71,12 @@ class Robot:
 
 
 def robot_for(config_name: str, state_layout=None, action_layout=None, cameras=None) -> Robot:
-    """The storage of a data config: keys in config order unless a raw layout is given; generic cameras."""
+    """The storage of a data config: its robot's stored column layout unless one is given; generic cameras."""
     if config_name not in DATA_CONFIGS:
         raise ValueError(f"data config '{config_name}' does not exist; known: {sorted(DATA_CONFIGS)}")
     config = DATA_CONFIGS[config_name]
-    widths = KEY_WIDTHS[config_name]
-
-    def layout(keys):
-        return tuple((k.split(".", 1)[1], widths[k.split(".", 1)[1]]) for k in keys)
-
-    state = state_layout or layout(config.state_keys)
-    action = action_layout or layout(config.action_keys)
+    state = state_layout or config.state_layout
+    action = action_layout or config.action_layout
     if cameras is None:
         dim = sum(w for _, w in state)
         cameras = {key.split(".", 1)[1]: Camera(((3 * i) % dim, (3 * i + 1) % dim, (3 * i + 2) % dim),
@@ -200,13 +179,16 @@ def modality(robot: Robot) -> dict:
 
 
 def info(robot: Robot, version: str, num_episodes: int, num_frames: int, fps: int, height: int, width: int,
-         codec: str) -> dict:
-    video = {
-        "dtype": "video", "shape": [height, width, 3], "names": ["height", "width", "channel"],
-        "info": {"video.height": height, "video.width": width, "video.codec": "h264" if codec == "libx264" else codec,
-                 "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps, "video.channels": 3,
-                 "has_audio": False},
-    }
+         codec: str, images: bool = False) -> dict:
+    if images:  # frames stored as PNG in the parquet files, as lerobot's use_videos=False writes them
+        camera = {"dtype": "image", "shape": [height, width, 3], "names": ["height", "width", "channel"]}
+    else:
+        camera = {
+            "dtype": "video", "shape": [height, width, 3], "names": ["height", "width", "channel"],
+            "info": {"video.height": height, "video.width": width,
+                     "video.codec": "h264" if codec == "libx264" else codec, "video.pix_fmt": "yuv420p",
+                     "video.is_depth_map": False, "video.fps": fps, "video.channels": 3, "has_audio": False},
+        }
 
     def vector(layout) -> dict:
         names = [f"{key}_{i}" for key, w in layout for i in range(w)]
@@ -218,11 +200,11 @@ def info(robot: Robot, version: str, num_episodes: int, num_frames: int, fps: in
     data_path, video_path = LAYOUTS[version]
     return {
         "codebase_version": version, "robot_type": robot.config.name, "total_episodes": num_episodes,
-        "total_frames": num_frames, "total_tasks": 1, "total_videos": num_episodes * len(robot.cameras),
+        "total_frames": num_frames, "total_tasks": 1, "total_videos": 0 if images else num_episodes * len(robot.cameras),
         "total_chunks": 1, "chunks_size": CHUNKS_SIZE, "fps": fps, "splits": {"train": f"0:{num_episodes}"},
-        "data_path": data_path, "video_path": video_path,
+        "data_path": data_path, "video_path": None if images else video_path,
         "features": {
-            **{f"observation.images.{cam}": video for cam in robot.cameras},
+            **{f"observation.images.{cam}": camera for cam in robot.cameras},
             "observation.state": vector(robot.state_layout), "action": vector(robot.action_layout),
             "timestamp": scalar("float32"), "frame_index": scalar("int64"), "episode_index": scalar("int64"),
             "index": scalar("int64"), "task_index": scalar("int64"),
@@ -258,11 +240,26 @@ def make_episodes(robot: Robot, task_position: int, *, seed: int, episodes: int,
     return content
 
 
-def _table(episode: Episode, episode_index: int, first_index: int, fps: int) -> pa.Table:
+def _png(pixels: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _table(episode: Episode, episode_index: int, first_index: int, fps: int, images: bool) -> pa.Table:
     frame_index = np.arange(len(episode.state))
+    cameras = {}
+    if images:  # lerobot embeds each frame as {bytes, path} (the Image feature of HF datasets)
+        image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        cameras = {f"observation.images.{cam}": pa.array([{"bytes": _png(f), "path": f"frame_{i:06d}.png"}
+                                                          for i, f in enumerate(pixels)], type=image_type)
+                   for cam, pixels in episode.frames.items()}
     return pa.table({
         "observation.state": _list_column(episode.state),
         "action": _list_column(episode.action),
+        **cameras,
         "timestamp": pa.array((frame_index / fps).astype(np.float32)),
         "frame_index": pa.array(frame_index, type=pa.int64()),
         "episode_index": pa.array(np.full(len(frame_index), episode_index), type=pa.int64()),
@@ -271,19 +268,32 @@ def _table(episode: Episode, episode_index: int, first_index: int, fps: int) -> 
     })
 
 
-def write_v2(folder: Path, robot: Robot, content: list[Episode], instruction: str, *, fps: int, gop: int,
-             codec: str) -> None:
+@dataclass(frozen=True)
+class Storage:
+    """How a dataset is laid out: LeRobot version, cameras as videos or images, episodes per v3.0 file, and
+    whether the GR00T-style meta/modality.json is added (lerobot itself never writes one; it writes stats.json)."""
+
+    version: str = "v2.1"
+    images: bool = False
+    episodes_per_file: int | None = None  # v3.0: None = every episode in one file
+    modality: bool = True
+    fps: int = 15
+    gop: int = 10
+    codec: str = "libx264"
+
+
+def write_v2(folder: Path, robot: Robot, content: list[Episode], instruction: str, storage: Storage) -> None:
     data_path, video_path = LAYOUTS["v2.1"]
     first = 0
     for e, episode in enumerate(content):
         chunk = e // CHUNKS_SIZE
         parquet = folder / data_path.format(episode_chunk=chunk, episode_index=e)
         parquet.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(_table(episode, e, first, fps), parquet)
-        for cam, pixels in episode.frames.items():
+        pq.write_table(_table(episode, e, first, storage.fps, storage.images), parquet)
+        for cam, pixels in ({} if storage.images else episode.frames).items():
             key = f"observation.images.{cam}"
             write_video(folder / video_path.format(episode_chunk=chunk, video_key=key, episode_index=e), pixels,
-                        fps, gop, codec)
+                        storage.fps, storage.gop, storage.codec)
         first += len(episode.state)
     meta = folder / "meta"
     (meta / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": instruction}) + "\n")
@@ -292,48 +302,77 @@ def write_v2(folder: Path, robot: Robot, content: list[Episode], instruction: st
         for e, ep in enumerate(content)))
 
 
-def write_v3(folder: Path, robot: Robot, content: list[Episode], instruction: str, *, fps: int, gop: int,
-             codec: str) -> None:
-    """Every episode in one data file and one video file per camera, as LeRobot v3.0 groups them."""
+def write_v3(folder: Path, robot: Robot, content: list[Episode], instruction: str, storage: Storage) -> None:
+    """Episodes grouped into data files (and one video file per camera per group), as LeRobot v3.0 does."""
     data_path, video_path = LAYOUTS["v3.0"]
+    fps = storage.fps
+    per_file = storage.episodes_per_file or len(content)
     starts = np.concatenate([[0], np.cumsum([len(ep.state) for ep in content])]).astype(int)
-    tables = [_table(ep, e, int(starts[e]), fps) for e, ep in enumerate(content)]
-    parquet = folder / data_path.format(chunk_index=0, file_index=0)
-    parquet.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.concat_tables(tables), parquet)
-    rows = {"episode_index": list(range(len(content))), "length": [len(ep.state) for ep in content],
+    files = [list(range(i, min(i + per_file, len(content)))) for i in range(0, len(content), per_file)]
+    file_of = {e: f for f, group in enumerate(files) for e in group}
+    # Where each episode begins in its file, in seconds (files restart at 0).
+    offset = {e: (starts[e] - starts[group[0]]) / fps for group in files for e in group}
+    for f, group in enumerate(files):
+        parquet = folder / data_path.format(chunk_index=0, file_index=f)
+        parquet.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.concat_tables([_table(content[e], e, int(starts[e]), fps, storage.images) for e in group]),
+                       parquet)
+        for cam in ({} if storage.images else robot.cameras):
+            write_video(folder / video_path.format(video_key=f"observation.images.{cam}", chunk_index=0, file_index=f),
+                        np.concatenate([content[e].frames[cam] for e in group]), fps, storage.gop, storage.codec)
+    episodes = range(len(content))
+    rows = {"episode_index": list(episodes), "length": [len(ep.state) for ep in content],
             "tasks": [[instruction]] * len(content), "data/chunk_index": [0] * len(content),
-            "data/file_index": [0] * len(content), "dataset_from_index": starts[:-1].tolist(),
+            "data/file_index": [file_of[e] for e in episodes], "dataset_from_index": starts[:-1].tolist(),
             "dataset_to_index": starts[1:].tolist()}
-    for cam in robot.cameras:
+    for cam in ({} if storage.images else robot.cameras):
         key = f"observation.images.{cam}"
-        write_video(folder / video_path.format(video_key=key, chunk_index=0, file_index=0),
-                    np.concatenate([ep.frames[cam] for ep in content]), fps, gop, codec)
         rows[f"videos/{key}/chunk_index"] = [0] * len(content)
-        rows[f"videos/{key}/file_index"] = [0] * len(content)
-        rows[f"videos/{key}/from_timestamp"] = (starts[:-1] / fps).tolist()
-        rows[f"videos/{key}/to_timestamp"] = (starts[1:] / fps).tolist()
-    episodes = folder / "meta/episodes/chunk-000/file-000.parquet"
-    episodes.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(rows), episodes)
+        rows[f"videos/{key}/file_index"] = [file_of[e] for e in episodes]
+        rows[f"videos/{key}/from_timestamp"] = [offset[e] for e in episodes]
+        rows[f"videos/{key}/to_timestamp"] = [offset[e] + len(content[e].state) / fps for e in episodes]
+    target = folder / "meta/episodes/chunk-000/file-000.parquet"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), target)
     # LeRobot v3.0 stores the task text as the index of a one-column (task_index) frame.
     pd.DataFrame({"task_index": [0]}, index=pd.Index([instruction], name="task")).to_parquet(folder / "meta/tasks.parquet")
 
 
+def stats(content: list[Episode]) -> dict:
+    """meta/stats.json as lerobot >= 0.4 writes it: per-episode statistics aggregated (mean weighted by frames,
+    pooled std, extremes, and quantiles as the frame-weighted average of per-episode quantiles)."""
+    out = {}
+    for name in ("observation.state", "action"):
+        episodes = [(ep.state if name == "observation.state" else ep.action).astype(np.float64) for ep in content]
+        counts = np.asarray([len(v) for v in episodes], dtype=np.float64)
+        weights = counts / counts.sum()
+        mean = sum(w * v.mean(0) for w, v in zip(weights, episodes))
+        second = sum(w * (v.var(0) + v.mean(0) ** 2) for w, v in zip(weights, episodes))
+        quantiles = {f"q{q:02d}": sum(w * np.quantile(v, q / 100, axis=0) for w, v in zip(weights, episodes)).tolist()
+                     for q in (1, 10, 50, 90, 99)}
+        out[name] = {"mean": mean.tolist(), "std": np.sqrt(np.maximum(second - mean**2, 0.0)).tolist(),
+                     "min": np.min([v.min(0) for v in episodes], axis=0).tolist(),
+                     "max": np.max([v.max(0) for v in episodes], axis=0).tolist(), "count": [int(counts.sum())],
+                     **quantiles}
+    return out
+
+
 def write_dataset(folder: Path, robot: Robot, instruction: str, task_position: int, *, seed: int, episodes: int,
-                  frames: tuple[int, int], fps: int, height: int, width: int, gop: int, codec: str,
-                  version: str) -> None:
+                  frames: tuple[int, int], height: int, width: int, storage: Storage) -> None:
     """One dataset folder (written in place; the caller moves it into position)."""
     content = make_episodes(robot, task_position, seed=seed, episodes=episodes, frames=frames, height=height,
                             width=width)
     meta = folder / "meta"
     meta.mkdir(parents=True, exist_ok=True)
-    writer = write_v3 if version == "v3.0" else write_v2
-    writer(folder, robot, content, instruction, fps=fps, gop=gop, codec=codec)
+    writer = write_v3 if storage.version == "v3.0" else write_v2
+    writer(folder, robot, content, instruction, storage)
     total = sum(len(ep.state) for ep in content)
-    (meta / "info.json").write_text(json.dumps(info(robot, version, episodes, total, fps, height, width, codec),
-                                               indent=4))
-    (meta / "modality.json").write_text(json.dumps(modality(robot), indent=4))
+    (meta / "info.json").write_text(json.dumps(info(robot, storage.version, episodes, total, storage.fps, height,
+                                                    width, storage.codec, storage.images), indent=4))
+    if storage.modality:
+        (meta / "modality.json").write_text(json.dumps(modality(robot), indent=4))
+    else:
+        (meta / "stats.json").write_text(json.dumps(stats(content), indent=4))
 
 
 def check_settings(episodes: int, frames: tuple[int, int], height: int, width: int, version: str) -> None:
@@ -345,14 +384,18 @@ def check_settings(episodes: int, frames: tuple[int, int], height: int, width: i
         raise ValueError(f"--lerobot_version {version}: write one of {sorted(LAYOUTS)}")
 
 
-def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: bool, **settings) -> list[Path]:
+def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: bool, seed: int, episodes: int,
+                  frames: tuple[int, int], fps: int, height: int, width: int, gop: int, version: str,
+                  images: bool = False, episodes_per_file: int | None = None, modality: bool = True) -> list[Path]:
     """Write (folder name, robot, instruction) datasets under `out`; each appears whole (built aside, moved in)."""
-    check_settings(settings["episodes"], settings["frames"], settings["height"], settings["width"],
-                   settings["version"])
+    check_settings(episodes, frames, height, width, version)
+    if episodes_per_file is not None and (episodes_per_file < 1 or version != "v3.0"):
+        raise ValueError(f"--episodes_per_file {episodes_per_file}: a positive count, with --lerobot_version v3.0")
     existing = [out / name for name, _, _ in items if (out / name).exists()]
     if existing and not overwrite:
         raise FileExistsError(f"{existing[0]} already exists; pass --overwrite to replace the generated folders")
-    codec = video_codec()
+    storage = Storage(version=version, images=images, episodes_per_file=episodes_per_file, modality=modality, fps=fps,
+                      gop=gop, codec="png" if images else video_codec())
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for position, (name, robot, instruction) in enumerate(items):
@@ -360,7 +403,8 @@ def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: 
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
             folder = Path(scratch) / target.name
-            write_dataset(folder, robot, instruction, position, codec=codec, **settings)
+            write_dataset(folder, robot, instruction, position, seed=seed, episodes=episodes, frames=frames,
+                          height=height, width=width, storage=storage)
             if target.exists():
                 shutil.rmtree(target)
             folder.rename(target)
@@ -370,7 +414,7 @@ def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: 
 
 def generate(data_mix: str, out: str | Path, *, datasets: int | None = None, seed: int = 0, episodes: int = 3,
              frames: tuple[int, int] = (24, 40), fps: int = 15, height: int = 48, width: int = 64, gop: int = 10,
-             version: str = "v2.1", overwrite: bool = False) -> list[Path]:
+             version: str = "v2.1", overwrite: bool = False, **storage) -> list[Path]:
     """Tiny datasets for the first `datasets` entries (default: all) of mixture `data_mix` under `out`."""
     from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES, resolve_mixture
 
@@ -379,7 +423,20 @@ def generate(data_mix: str, out: str | Path, *, datasets: int | None = None, see
     entries = resolve_mixture(data_mix)[:datasets]
     items = [(e.dataset, robot_for(e.data_config), f"{Path(e.dataset).name.replace('_', ' ')} task") for e in entries]
     return write_folders(Path(out), items, overwrite=overwrite, seed=seed, episodes=episodes, frames=frames, fps=fps,
-                         height=height, width=width, gop=gop, version=version)
+                         height=height, width=width, gop=gop, version=version, **storage)
+
+
+def generate_lerobot(data_config: str, folder: str | Path, *, version: str = "v3.0", images: bool = False,
+                     episodes_per_file: int | None = None, seed: int = 0, episodes: int = 3,
+                     frames: tuple[int, int] = (24, 40), fps: int = 15, height: int = 48, width: int = 64,
+                     gop: int = 10, overwrite: bool = False) -> Path:
+    """One dataset of `data_config`'s robot laid out exactly as lerobot writes it (no modality.json), at `folder`."""
+    folder = Path(folder)
+    robot = robot_for(data_config)
+    return write_folders(folder.parent, [(folder.name, robot, f"{data_config.replace('_', ' ')} task")],
+                         overwrite=overwrite, seed=seed, episodes=episodes, frames=frames, fps=fps, height=height,
+                         width=width, gop=gop, version=version, images=images, episodes_per_file=episodes_per_file,
+                         modality=False)[0]
 
 
 def add_size_arguments(parser: argparse.ArgumentParser) -> None:
@@ -414,14 +471,27 @@ def run_cli(name: str, write) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_mix", required=True, help="mixture name (datasets.vla_data.data_mix)")
-    parser.add_argument("--out", type=Path, required=True, help="folder that receives the datasets (data_root_dir)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--data_mix", help="mixture name (datasets.vla_data.data_mix): one folder per dataset under --out")
+    what.add_argument("--data_config", help="one dataset of this data config's robot, at --out, laid out exactly as "
+                      "lerobot writes it (no meta/modality.json; meta/stats.json)")
+    parser.add_argument("--out", type=Path, required=True, help="folder that receives the datasets (data_root_dir), "
+                        "or with --data_config the dataset folder itself")
     parser.add_argument("--datasets", type=int, default=None, help="only the first K datasets of the mixture")
-    parser.add_argument("--lerobot_version", default="v2.1", help="layout to write: v2.1 or v3.0")
+    parser.add_argument("--lerobot_version", default=None, help="layout to write: v2.1 or v3.0 (default: v2.1 for "
+                        "--data_mix, v3.0 for --data_config)")
+    parser.add_argument("--images", action="store_true", help="cameras as PNG images in the parquet files, no videos")
+    parser.add_argument("--episodes_per_file", type=int, default=None, help="v3.0: episodes per data/video file")
     add_size_arguments(parser)
     args = parser.parse_args(argv)
+    storage = dict(images=args.images, episodes_per_file=args.episodes_per_file)
+    if args.data_config:
+        return run_cli("tiny_dataset", lambda: [generate_lerobot(args.data_config, args.out,
+                                                                 version=args.lerobot_version or "v3.0", **storage,
+                                                                 **size_settings(args))])
     return run_cli("tiny_dataset", lambda: generate(args.data_mix, args.out, datasets=args.datasets,
-                                                    version=args.lerobot_version, **size_settings(args)))
+                                                    version=args.lerobot_version or "v2.1", **storage,
+                                                    **size_settings(args)))
 
 
 if __name__ == "__main__":

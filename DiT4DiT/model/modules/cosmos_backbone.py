@@ -461,9 +461,10 @@ class CosmosBackboneInterface(nn.Module):
                 )
         video = stack_to_device(samples, device)
         num_frames = video.shape[1]
-        if num_frames > 1 and num_frames != self.num_frames_out:
+        # datasets.vla_data.views=as_frames puts each camera's frames after the previous one's: a whole multiple.
+        if num_frames > 1 and num_frames % self.num_frames_out:
             raise ValueError(
-                f"samples carry {num_frames} frames but the config gives {self.num_frames_out} "
+                f"samples carry {num_frames} frames but the config gives {self.num_frames_out} per camera "
                 "(datasets.vla_data.video_delta_indices subsampled by action_video_freq_ratio)"
             )
         return video[:, 0], (video[:, 1:] if num_frames > 1 else None)

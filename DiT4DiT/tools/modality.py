@@ -1,0 +1,50 @@
+"""Print (or write elsewhere) the meta/modality.json that training derives for a LeRobot dataset and a data config.
+
+    python -m DiT4DiT.tools.modality DIR --data_config robotwin [--out FILE]
+
+Edit the result and put it at DIR/meta/modality.json to change the mapping: an explicit modality.json always
+wins. Exit status 1 with a one-line message when the dataset's features do not fit the data config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from DiT4DiT.atomic_files import write_json_atomic
+from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.modality import AUTO, choose_config, derive_modality
+from DiT4DiT.dataloader.reader import DatasetLayout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.tools.modality", description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path, help="LeRobot dataset folder (holds meta/info.json)")
+    parser.add_argument("--data_config", required=True, choices=[AUTO, *DATA_CONFIGS], metavar="NAME",
+                        help=f"data config: auto or one of {', '.join(DATA_CONFIGS)}")
+    parser.add_argument("--out", type=Path, default=None, help="write the file here instead of printing it "
+                        "(never into the dataset folder)")
+    args = parser.parse_args(argv)
+    try:
+        layout = DatasetLayout(args.dataset)
+        config = choose_config(layout, args.data_config)
+        modality = derive_modality(layout.info, config, layout.meta_path("info.json"))
+        if args.out and args.out.resolve().is_relative_to(layout.root.resolve()):
+            raise DataError(f"--out {args.out} lies inside the dataset folder; write elsewhere and copy it to "
+                            "meta/modality.json yourself if you want the dataset to carry it")
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    if args.out:
+        write_json_atomic(args.out, modality)
+        print(f"{args.out}: modality.json for data config {config.name}")
+    else:
+        print(json.dumps(modality, indent=4))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
