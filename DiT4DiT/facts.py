@@ -9,6 +9,9 @@ from __future__ import annotations
 # The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.
 HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
 HUB_REVISION = "diffusers/base/post-trained"
+# Where `python -m DiT4DiT.tools.tiny_cosmos` / `tiny_robotwin` write the tiny assets by default (repo-relative).
+TINY_MODEL_DIR = "playground/Pretrained_models/Cosmos-Predict2.5-tiny"
+TINY_DATA_DIR = "playground/Datasets/robotwin_tiny"
 # Component subfolder of a pipeline snapshot -> a file that must be in it (weights may be sharded).
 PIPELINE_PARTS = {
     "text_encoder": "config.json",

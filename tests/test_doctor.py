@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.tools.doctor import hccl_problems, patcher_api, torch_npu_matches
-from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
-from DiT4DiT.tools.npu_topology import detect_soc, parse_npu_smi, visible_ids
+from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
+from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
+from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -33,7 +33,7 @@ def doctor(*args: str, layout: str | None = None, **env: str) -> tuple[int, dict
     if layout:
         full_env["FAKE_NPU_SMI_LAYOUT"] = layout
     full_env.update(env)
-    result = subprocess.run([sys.executable, "-m", "DiT4DiT.tools.doctor", *args], cwd=ROOT, env=full_env,
+    result = subprocess.run([sys.executable, "-m", "DiT4DiT.doctor", *args], cwd=ROOT, env=full_env,
                             capture_output=True, text=True, timeout=120)
     lines = {line.split()[1]: line for line in result.stdout.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")}
     return result.returncode, lines
@@ -105,7 +105,7 @@ def test_patcher_api_generations():
 
 @pytest.mark.parametrize("fake, api", [(ROOT / "tests/fakes/mx_driving_v1", "1.0"), (ROOT / "tests/fakes/mx_driving_v2", "2.0")])
 def test_patcher_probe_tells_the_generations_apart(fake, api):
-    from DiT4DiT.tools.doctor import MX_DRIVING_PROBE  # the probe the doctor runs, run here on the fakes
+    from DiT4DiT.doctor.checks import MX_DRIVING_PROBE  # the probe the doctor runs, run here on the fakes
 
     path = os.pathsep.join([str(fake), str(ROOT / "tests/fakes/torch_npu")])
     out = subprocess.run([sys.executable, "-c", MX_DRIVING_PROBE], env={**os.environ, "PYTHONPATH": path},

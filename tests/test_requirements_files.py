@@ -8,7 +8,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from DiT4DiT.tools.doctor import TORCH_NPU_FOR_CANN
+from DiT4DiT.doctor.checks import TORCH_NPU_FOR_CANN
 
 ROOT = Path(__file__).resolve().parents[1]
 NPU_ONLY = {"torch-npu", "mx-driving"}
