@@ -201,3 +201,36 @@ def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin
     assert f"{len(tasks)} instructions x 0.0 MiB" in lines["prompt_store"] and str(tmp_path / "store") in lines["prompt_store"]
     assert lines["host_memory"].split()[0] in ("PASS", "WARN") and "16 process(es) x (" in lines["host_memory"]
     assert not (tmp_path / "store").exists()  # estimating writes nothing
+
+
+def test_npu_network_ports_are_checked_per_device_with_hccn_tool():
+    _, healthy = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3")
+    assert healthy["npu_network"].startswith("PASS") and "16 NPU ports: link UP" in healthy["npu_network"]
+    _, down = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3", FAKE_HCCN_LINK_DOWN="3",
+                     FAKE_HCCN_NO_IP="5")
+    assert down["npu_network"].startswith("FAIL")
+    assert "2 of 16 NPU ports not ready (device 3: link DOWN, net health Init; device 5: no IP address)" in down["npu_network"]
+    _, one_node = doctor("--config_yaml", str(TINY_YAML), layout="a2", FAKE_HCCN_LINK_DOWN="0")
+    assert one_node["npu_network"].startswith("WARN") and "1 of 8" in one_node["npu_network"]
+    _, hidden = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3", FAKE_HCCN_LINK_DOWN="0",
+                       ASCEND_RT_VISIBLE_DEVICES="1,2")
+    assert hidden["npu_network"].startswith("PASS") and "2 NPU ports" in hidden["npu_network"]
+
+
+def test_hccn_tool_output_is_read_by_its_field_names():
+    from DiT4DiT.doctor.npu_network import Port, fields
+
+    assert fields("ipaddr:29.0.0.1\nnetmask:255.255.255.0\n") == {"ipaddr": "29.0.0.1", "netmask": "255.255.255.0"}
+    assert fields("link status: UP\n") == {"link status": "UP"}
+    assert fields("net health status: Socket fail\n") == {"net health status": "Socket fail"}
+    assert Port(0, "UP", "29.0.0.1", "Success").problems() == []
+    assert Port(1, None, None, "Init").problems() == ["link unknown", "no IP address", "net health Init"]
+
+
+def test_cann_python_packages_must_import_on_npu_hosts():
+    _, cpu = doctor("--config_yaml", str(TINY_YAML))
+    assert cpu["cann_python"].startswith("SKIP")
+    _, npu = doctor("--config_yaml", str(TINY_YAML), layout="a3")
+    # This CPU environment lacks CANN's packages (they are pinned in requirements-npu.txt only).
+    assert npu["cann_python"].startswith("FAIL") and "decorator (ModuleNotFoundError" in npu["cann_python"]
+    assert "pip install -r requirements-npu.txt" in npu["cann_python"]

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.facts import download_command
-from DiT4DiT.launch import folder_checks, host_kind, npu_topology
+from DiT4DiT.doctor import npu_network
+from DiT4DiT.launch import folder_checks, host_kind, npu_topology, preflight
 from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 
 TORCH_VERSION = "2.7.1"
@@ -53,6 +54,21 @@ from torch_npu.utils import get_cann_version
 print(json.dumps({"cann": get_cann_version(), "devices": torch.npu.device_count()}))
 """
 # API 1.0 exports a Patcher too (a context manager without `add`), so the generation is told by `add`.
+# CANN 9.0's Python dependencies (install guide, "运行依赖列表") and those its op compiler (te/tbe) imports,
+# as import names; requirements-npu.txt pins them.
+CANN_PYTHON_MODULES = ("numpy", "decorator", "sympy", "cffi", "google.protobuf", "attr", "Cython", "yaml", "pathlib2",
+                       "scipy", "requests", "psutil", "absl", "cloudpickle", "ml_dtypes", "tornado", "setuptools")
+CANN_MODULES_PROBE = f"""
+import importlib, json
+failed = {{}}
+for name in {CANN_PYTHON_MODULES!r}:
+    try:
+        importlib.import_module(name)
+    except Exception as err:
+        failed[name] = f"{{type(err).__name__}}: {{err}}"
+from google.protobuf import __version__ as protobuf
+print(json.dumps({{"failed": failed, "protobuf": protobuf}}))
+"""
 MX_DRIVING_PROBE = """
 import json, mx_driving.patcher as p
 print(json.dumps({"has_add": hasattr(getattr(p, "Patcher", None), "add"),
@@ -225,7 +241,10 @@ class Doctor:
         if zero_copy == "1" and "expandable_segments:True" not in self.env.get("PYTORCH_NPU_ALLOC_CONF", ""):
             return Check(name, "FAIL", f"{kind}: TORCH_HCCL_ZERO_COPY=1 needs expandable segments",
                          "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True")
-        state = "on" if zero_copy == "1" else "off here; scripts/train_8p.sh turns it on"
+        if zero_copy == "1" and self.num_machines > 1:
+            return Check(name, "WARN", f"{kind}: TORCH_HCCL_ZERO_COPY=1 on {self.num_machines} nodes; the beta feature is "
+                         "validated on one node only", "unset TORCH_HCCL_ZERO_COPY unless you mean to try it")
+        state = "on" if zero_copy == "1" else "off here; scripts/train_8p.sh turns it on for one A3 node"
         return Check(name, "PASS", f"{kind}: TORCH_HCCL_ZERO_COPY {state}")
 
     def check_cann(self) -> Check:
@@ -235,10 +254,45 @@ class Doctor:
         home = self.env.get("ASCEND_HOME_PATH") or self.env.get("ASCEND_TOOLKIT_HOME")
         if home:
             return Check(name, "PASS", f"CANN sourced: {home}")
-        root = Path(self.env.get("ASCEND_INSTALL_ROOT", "/usr/local/Ascend"))
-        found = [p for p in (root / "cann/set_env.sh", root / "ascend-toolkit/set_env.sh") if p.is_file()]
+        found, _ = preflight.cann_scripts(self.env)
         fix = f"source {found[0]}" if found else "install CANN 9.0.0 (toolkit, kernels, nnal), then source its set_env.sh"
         return Check(name, "FAIL", "CANN environment not sourced (ASCEND_HOME_PATH unset)", fix)
+
+    def check_cann_python(self) -> Check:
+        name = "cann_python"
+        if not self.npu_host and not self.torch_npu:
+            return Check(name, "SKIP", "no NPU stack here (CANN's Python packages come with requirements-npu.txt)")
+        found, error = run_probe(CANN_MODULES_PROBE)
+        fix = "pip install -r requirements-npu.txt (CANN's op compiler imports these; error 50001 or 'No module named' otherwise)"
+        if found is None:
+            return Check(name, "FAIL", f"CANN's Python packages do not import: {error}", fix)
+        if found["failed"]:
+            failed = ", ".join(f"{module} ({why})" for module, why in found["failed"].items())
+            return Check(name, "FAIL", f"do not import: {failed}", fix)
+        detail = f"{len(CANN_PYTHON_MODULES)} packages import (protobuf {found['protobuf']})"
+        if not found["protobuf"].startswith("3.20."):
+            return Check(name, "WARN", detail + "; CANN 9.0 asks for protobuf 3.20.x", "pip install protobuf==3.20.3")
+        return Check(name, "PASS", detail)
+
+    def check_npu_network(self) -> Check:
+        name = "npu_network"
+        if skip := self.skip_without_npu(name):
+            return skip
+        bad = "FAIL" if self.num_machines > 1 else "WARN"
+        scope = "collectives between nodes use these ports" if self.num_machines > 1 else \
+            "one node uses HCCS, so this matters only for multi-node jobs"
+        tool = npu_network.hccn_tool()
+        if tool is None:
+            return Check(name, bad, f"hccn_tool not found (PATH, {npu_network.DRIVER_TOOL}); {scope}",
+                         "install the Ascend driver's tools or put hccn_tool on PATH")
+        devices = [i for i, chip in enumerate(self.topo.chips) if chip in self.topo.visible]
+        ports = [npu_network.read_port(tool, device) for device in devices]
+        failing = [f"device {p.device}: {', '.join(p.problems())}" for p in ports if p.problems()]
+        if failing:
+            return Check(name, bad, f"{len(failing)} of {len(ports)} NPU ports not ready ({'; '.join(failing)}); {scope}",
+                         "check the cabling and /etc/hccn.conf (hccn_tool -i N -ip -s address A netmask M), "
+                         "then hccn_tool -i N -net_health -g")
+        return Check(name, "PASS", f"{len(ports)} NPU ports: link UP, an IP address, net health Success")
 
     def check_versions(self) -> Check:
         name = "stack_versions"
@@ -418,7 +472,8 @@ class Doctor:
 
     def run(self) -> list[Check]:
         return [self.check_python(), self.check_nodes(), self.check_devices(), self.check_npu_processes(), self.check_soc(),
-                self.check_cann(), self.check_versions(), self.check_libraries(), self.check_mx_driving(), self.check_hccl(),
+                self.check_cann(), self.check_cann_python(), self.check_versions(), self.check_libraries(), self.check_mx_driving(), self.check_hccl(),
+                self.check_npu_network(),
                 self.check_config(), self.check_base_model(), self.check_memory(), self.check_prompt_store(),
                 self.check_host_memory()]
 
