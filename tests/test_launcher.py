@@ -369,3 +369,19 @@ time.sleep(120)
     log = (runs / "sig" / "train.log").read_text()
     assert log.rstrip().endswith(f"=== exit code {proc.returncode} (after SIGTERM, forwarded to the training process group)")
     assert "training failed" in stderr or proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_two_nodes_without_an_interface_use_the_route_to_machine_0_or_are_refused(npu_ready):
+    args, env = npu_ready
+    two = ["--dry-run", "--num_machines=2", "--main_process_ip=10.0.0.1", *args]
+    routed = launch(*two, layout="a3", env={**env, "FAKE_IP_ROUTE_DEV": "lo"})  # the fake `ip` in tests/fakes/bin
+    assert "network: lo (derived: `ip route get 10.0.0.1`), IPv4 127.0.0.1" in routed.stdout
+    variables = env_lines(routed.stdout)
+    assert variables["HCCL_SOCKET_IFNAME"] == "=lo" and variables["GLOO_SOCKET_IFNAME"] == "lo"
+    assert "TORCH_HCCL_ZERO_COPY" not in variables and "validated on one node only" in routed.stderr
+    assert "timeouts: process group 600 s" in routed.stdout and variables["HCCL_EXEC_TIMEOUT"] == "540"
+    refused = launch(*two, layout="a3", env={**env, "FAKE_IP_ROUTE": "none"})
+    assert refused.returncode == 2
+    assert ("2 machines need the network interface for collectives: pass --net_if=NAME (or DIT4DIT_NET_IF=NAME); "
+            "`ip route get 10.0.0.1` names no interface (RTNETLINK answers: Network is unreachable)") in refused.stderr
