@@ -54,10 +54,15 @@ from torch_npu.utils import get_cann_version
 print(json.dumps({"cann": get_cann_version(), "devices": torch.npu.device_count()}))
 """
 # API 1.0 exports a Patcher too (a context manager without `add`), so the generation is told by `add`.
-# CANN 9.0's Python dependencies (install guide, "运行依赖列表") and those its op compiler (te/tbe) imports,
-# as import names; requirements-npu.txt pins them.
-CANN_PYTHON_MODULES = ("numpy", "decorator", "sympy", "cffi", "google.protobuf", "attr", "Cython", "yaml", "pathlib2",
-                       "scipy", "requests", "psutil", "absl", "cloudpickle", "ml_dtypes", "tornado", "setuptools")
+# CANN 9.0's Python dependencies (install guide, "Runtime dependencies"), those its op compiler (te/tbe) imports,
+# and setuptools (transfer_to_npu): distribution -> import name. requirements-npu.txt pins them.
+CANN_PYTHON_PACKAGES = {
+    "numpy": "numpy", "decorator": "decorator", "sympy": "sympy", "cffi": "cffi", "protobuf": "google.protobuf",
+    "attrs": "attr", "cython": "Cython", "pyyaml": "yaml", "pathlib2": "pathlib2", "scipy": "scipy",
+    "requests": "requests", "psutil": "psutil", "absl-py": "absl", "cloudpickle": "cloudpickle",
+    "ml-dtypes": "ml_dtypes", "tornado": "tornado", "setuptools": "setuptools",
+}
+CANN_PYTHON_MODULES = tuple(CANN_PYTHON_PACKAGES.values())
 CANN_MODULES_PROBE = f"""
 import importlib, json
 failed = {{}}
