@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.facts import download_command
+from DiT4DiT.facts import TINY_MODEL_DIR, download_command
 from DiT4DiT.doctor import npu_network
 from DiT4DiT.launch import folder_checks, host_kind, npu_topology, preflight
 from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
@@ -36,7 +36,7 @@ TORCH_VERSION = "2.7.1"
 # torch_npu release for torch 2.7.1 -> the CANN it is built for (Ascend/pytorch COMPATIBILITY, ASCEND_NOTES §3.1).
 TORCH_NPU_FOR_CANN = {"2.7.1": "8.3.RC1", "2.7.1.post2": "8.5.0", "2.7.1.post4": "9.0.0", "2.7.1.post8": "9.1.0"}
 NPU_DEFAULTS = ("DiT4DiT/config/robotwin/dit4dit_robotwin.yaml", "playground/Pretrained_models/Cosmos-Predict2.5-2B")
-CPU_DEFAULTS = ("DiT4DiT/config/tiny/dit4dit_tiny.yaml", "playground/Pretrained_models/Cosmos-Predict2.5-tiny")
+CPU_DEFAULTS = ("DiT4DiT/config/tiny/dit4dit_tiny.yaml", TINY_MODEL_DIR)
 HCCL_CONNECT_RANGE = (120, 7200)
 HCCL_EXEC_DEFAULT, HCCL_EVENT_DEFAULT = 1836, 1868
 PROBE_TIMEOUT_S = 300
