@@ -1,6 +1,6 @@
 """Resolve a requirement file for another machine, every dependency included (needs uv and the package index).
 
-    pip install uv && python scripts/resolve_requirements.py requirements-npu.txt   # aarch64/x86_64, Python 3.10/3.11
+    pip install uv packaging && PYTHONPATH=. python scripts/resolve_requirements.py requirements-npu.txt
 
 pip cannot do this: with --platform it still evaluates its dependencies' markers for the machine it runs on (on
 x86_64 it asks torch for CUDA wheels that aarch64 has not). `uv pip compile --python-platform --python-version`
@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
+from DiT4DiT.doctor.requirement_pins import read_pins
 
 SDISTS = {"deepspeed"}
 PYTORCH_INDEX_ONLY = {"torch-npu"}  # x86_64: needs torch==2.7.1+cpu
@@ -26,20 +25,9 @@ TARGETS = [(machine, python) for machine in ("aarch64", "x86_64") for python in 
 
 
 def pins_for(path: Path, machine: str, python: str) -> list[str]:
-    env = {**default_environment(), "platform_machine": machine, "python_version": python,
-           "python_full_version": f"{python}.0"}
-    pins = []
-    for raw in path.read_text().splitlines():
-        line = raw.split(" #")[0].strip()
-        if not line or line.startswith(("#", "--")):
-            continue
-        req = Requirement(line)
-        if req.marker is not None and not req.marker.evaluate(env):
-            continue
-        if req.name in SDISTS or (machine == "x86_64" and req.name in PYTORCH_INDEX_ONLY):
-            continue
-        pins.append(f"{req.name}{str(req.specifier).split('+')[0]}")
-    return pins
+    pins = read_pins(path, machine, python)
+    return [f"{name}=={version.split('+')[0]}" for name, version in pins.items()
+            if name not in SDISTS and not (machine == "x86_64" and name in PYTORCH_INDEX_ONLY)]
 
 
 def resolve(path: Path, machine: str, python: str) -> str:

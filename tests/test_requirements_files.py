@@ -3,12 +3,10 @@
 from pathlib import Path
 
 import pytest
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
 
 from DiT4DiT.doctor.checks import TORCH_NPU_FOR_CANN
+from DiT4DiT.doctor.requirement_pins import read_pins
 
 ROOT = Path(__file__).resolve().parents[1]
 # CANN 9.0's Python dependencies (and setuptools for transfer_to_npu), pinned for the Ascend stack only.
@@ -39,26 +37,6 @@ REQUIRES_PYTHON = {
     "absl-py==2.5.1": ">=3.10", "cloudpickle==3.1.3": ">=3.8", "ml-dtypes==0.7.0": ">=3.10", "tornado==6.5.10": ">=3.9",
     "setuptools==84.2.1": ">=3.10",
 }
-
-
-def read_pins(path: Path, machine: str, python: str = "3.11") -> dict[str, str]:
-    """name -> pinned version for one CPU architecture and Python; fails on anything that is not an exact pin."""
-    env = {**default_environment(), "platform_machine": machine, "python_version": python,
-           "python_full_version": f"{python}.0"}
-    pins: dict[str, str] = {}
-    for raw in path.read_text().splitlines():
-        line = raw.split(" #")[0].strip()
-        if not line or line.startswith(("#", "--")):
-            continue
-        req = Requirement(line)
-        if req.marker is not None and not req.marker.evaluate(env):
-            continue
-        specs = list(req.specifier)
-        assert len(specs) == 1 and specs[0].operator == "==", f"{path.name}: '{line}' is not an exact pin"
-        name = canonicalize_name(req.name)
-        assert name not in pins, f"{path.name}: {name} pinned twice for {machine}"
-        pins[name] = specs[0].version
-    return pins
 
 
 @pytest.mark.parametrize("machine, python", TARGETS)
