@@ -44,3 +44,8 @@ def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACT
 def module_paths(text: str | None) -> list[str]:
     """Comma-separated dotted module paths (trainer.freeze_modules, trainer.reload_modules) as a list."""
     return [p.strip() for p in str(text or "").split(",") if p.strip()]
+
+
+def is_under(path: str, prefixes) -> bool:
+    """Whether dotted `path` is one of the dotted `prefixes` or lies below one ("a.b" is under "a", "ab" is not)."""
+    return any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes)

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.facts import is_under
 from DiT4DiT.training import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) ->
     for key in COMPARED_KEYS:
         old, new = _leaves(saved, key), _leaves(current, key)
         for leaf in sorted(old):
-            if old.get(leaf) != new.get(leaf) and not any(leaf == a or leaf.startswith(a + ".") for a in allowed):
+            if old.get(leaf) != new.get(leaf) and not is_under(leaf, allowed):
                 changes.append(f"{leaf}: {old.get(leaf)!r} -> {new.get(leaf)!r}")
     return changes
 
