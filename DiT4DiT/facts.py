@@ -9,6 +9,9 @@ from __future__ import annotations
 # The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.
 HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
 HUB_REVISION = "diffusers/base/post-trained"
+# Where `python -m DiT4DiT.tools.tiny_cosmos` / `tiny_robotwin` write the tiny assets by default (repo-relative).
+TINY_MODEL_DIR = "playground/Pretrained_models/Cosmos-Predict2.5-tiny"
+TINY_DATA_DIR = "playground/Datasets/robotwin_tiny"
 # Component subfolder of a pipeline snapshot -> a file that must be in it (weights may be sharded).
 PIPELINE_PARTS = {
     "text_encoder": "config.json",
@@ -41,3 +44,8 @@ def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACT
 def module_paths(text: str | None) -> list[str]:
     """Comma-separated dotted module paths (trainer.freeze_modules, trainer.reload_modules) as a list."""
     return [p.strip() for p in str(text or "").split(",") if p.strip()]
+
+
+def is_under(path: str, prefixes) -> bool:
+    """Whether dotted `path` is one of the dotted `prefixes` or lies below one ("a.b" is under "a", "ab" is not)."""
+    return any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes)

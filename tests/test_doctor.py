@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.tools.doctor import hccl_problems, patcher_api, torch_npu_matches
-from DiT4DiT.tools.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
-from DiT4DiT.tools.npu_topology import detect_soc, parse_npu_smi, visible_ids
+from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
+from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
+from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -33,7 +33,7 @@ def doctor(*args: str, layout: str | None = None, **env: str) -> tuple[int, dict
     if layout:
         full_env["FAKE_NPU_SMI_LAYOUT"] = layout
     full_env.update(env)
-    result = subprocess.run([sys.executable, "-m", "DiT4DiT.tools.doctor", *args], cwd=ROOT, env=full_env,
+    result = subprocess.run([sys.executable, "-m", "DiT4DiT.doctor", *args], cwd=ROOT, env=full_env,
                             capture_output=True, text=True, timeout=120)
     lines = {line.split()[1]: line for line in result.stdout.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")}
     return result.returncode, lines
@@ -105,7 +105,7 @@ def test_patcher_api_generations():
 
 @pytest.mark.parametrize("fake, api", [(ROOT / "tests/fakes/mx_driving_v1", "1.0"), (ROOT / "tests/fakes/mx_driving_v2", "2.0")])
 def test_patcher_probe_tells_the_generations_apart(fake, api):
-    from DiT4DiT.tools.doctor import MX_DRIVING_PROBE  # the probe the doctor runs, run here on the fakes
+    from DiT4DiT.doctor.checks import MX_DRIVING_PROBE  # the probe the doctor runs, run here on the fakes
 
     path = os.pathsep.join([str(fake), str(ROOT / "tests/fakes/torch_npu")])
     out = subprocess.run([sys.executable, "-c", MX_DRIVING_PROBE], env={**os.environ, "PYTHONPATH": path},
@@ -201,3 +201,36 @@ def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin
     assert f"{len(tasks)} instructions x 0.0 MiB" in lines["prompt_store"] and str(tmp_path / "store") in lines["prompt_store"]
     assert lines["host_memory"].split()[0] in ("PASS", "WARN") and "16 process(es) x (" in lines["host_memory"]
     assert not (tmp_path / "store").exists()  # estimating writes nothing
+
+
+def test_npu_network_ports_are_checked_per_device_with_hccn_tool():
+    _, healthy = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3")
+    assert healthy["npu_network"].startswith("PASS") and "16 NPU ports: link UP" in healthy["npu_network"]
+    _, down = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3", FAKE_HCCN_LINK_DOWN="3",
+                     FAKE_HCCN_NO_IP="5")
+    assert down["npu_network"].startswith("FAIL")
+    assert "2 of 16 NPU ports not ready (device 3: link DOWN, net health Init; device 5: no IP address)" in down["npu_network"]
+    _, one_node = doctor("--config_yaml", str(TINY_YAML), layout="a2", FAKE_HCCN_LINK_DOWN="0")
+    assert one_node["npu_network"].startswith("WARN") and "1 of 8" in one_node["npu_network"]
+    _, hidden = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3", FAKE_HCCN_LINK_DOWN="0",
+                       ASCEND_RT_VISIBLE_DEVICES="1,2")
+    assert hidden["npu_network"].startswith("PASS") and "2 NPU ports" in hidden["npu_network"]
+
+
+def test_hccn_tool_output_is_read_by_its_field_names():
+    from DiT4DiT.doctor.npu_network import Port, fields
+
+    assert fields("ipaddr:29.0.0.1\nnetmask:255.255.255.0\n") == {"ipaddr": "29.0.0.1", "netmask": "255.255.255.0"}
+    assert fields("link status: UP\n") == {"link status": "UP"}
+    assert fields("net health status: Socket fail\n") == {"net health status": "Socket fail"}
+    assert Port(0, "UP", "29.0.0.1", "Success").problems() == []
+    assert Port(1, None, None, "Init").problems() == ["link unknown", "no IP address", "net health Init"]
+
+
+def test_cann_python_packages_must_import_on_npu_hosts():
+    _, cpu = doctor("--config_yaml", str(TINY_YAML))
+    assert cpu["cann_python"].startswith("SKIP")
+    _, npu = doctor("--config_yaml", str(TINY_YAML), layout="a3")
+    # This CPU environment lacks CANN's packages (they are pinned in requirements-npu.txt only).
+    assert npu["cann_python"].startswith("FAIL") and "decorator (ModuleNotFoundError" in npu["cann_python"]
+    assert "pip install -r requirements-npu.txt" in npu["cann_python"]

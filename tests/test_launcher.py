@@ -76,8 +76,9 @@ def npu_ready(tmp_path, model_skeleton, data_skeleton):
 
 
 def env_lines(stdout: str) -> dict[str, str]:
+    """The dry-run's environment block: variable -> value (without its "  (source)")."""
     block = stdout.split("environment:\n", 1)[1].split("command", 1)[0]
-    return dict(line.strip().split("=", 1) for line in block.splitlines())
+    return dict(line.strip().rsplit("  (", 1)[0].split("=", 1) for line in block.splitlines())
 
 
 @pytest.mark.parametrize("layout, devices", [("a2", 8), ("a3", 16)])
@@ -93,11 +94,11 @@ def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, device
     assert variables["TASK_QUEUE_ENABLE"] == "2" and variables["CPU_AFFINITY_CONF"] == "1"
     assert variables["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
     assert variables["WANDB_MODE"] == "offline"
-    assert variables["HCCL_CONNECT_TIMEOUT"] == "1200" and variables["HCCL_EXEC_TIMEOUT"] == "1800"
+    assert variables["HCCL_CONNECT_TIMEOUT"] == "1200" and variables["HCCL_EXEC_TIMEOUT"] == "540"
     assert ("TORCH_HCCL_ZERO_COPY" in variables) == (layout == "a3")
     torch_lib = str(Path(__import__("torch").__file__).parent / "lib")
     ld_path = variables["LD_LIBRARY_PATH"].split(":")
-    assert ld_path[0] == torch_lib and str(tmp_path / "cann" / "lib64") in ld_path  # ours first, CANN's kept
+    assert ld_path[0] == torch_lib and ld_path[-1] == "$LD_LIBRARY_PATH"  # ours first, CANN's kept
     command = out.split("command (in", 1)[1].splitlines()[1]
     assert "-m accelerate.commands.launch --config_file DiT4DiT/config/deepseeds/deepspeed_zero2.yaml" in command
     assert f"--num_processes {devices} {env['DIT4DIT_TRAIN_ENTRY']}" in command
@@ -127,8 +128,10 @@ def test_npu_host_passes_only_what_was_typed_and_says_where_each_value_comes_fro
     args, env = npu_ready
     out = launch("--dry-run", "--max_train_steps=100", "--seed=1", *args, layout="a3", env=env).stdout
     model, data = args[0].split("=", 1)[1], args[1].split("=", 1)[1]
-    assert forwarded(out) == ["--trainer.max_train_steps=100", "--seed=1", f"--framework.cosmos25.base_model={model}",
-                              f"--datasets.vla_data.data_root_dir={data}", "--datasets.vla_data.data_mix=robotwin_task1"]
+    # Short names first (in the launcher's option order), then the keys passed through as typed.
+    assert forwarded(out) == ["--trainer.max_train_steps=100", "--datasets.vla_data.data_mix=robotwin_task1",
+                              f"--datasets.vla_data.data_root_dir={data}", f"--framework.cosmos25.base_model={model}",
+                              "--seed=1"]
     yaml = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
     shown = values(out)
     assert shown["config_yaml"] == f"{yaml}  (host default: npu)"
@@ -192,7 +195,7 @@ def test_too_many_processes_is_refused_before_anything_starts(layout, visible_en
 def test_cpu_host_dry_run_uses_tiny_defaults_and_says_how_to_make_them(tmp_path):
     result = launch("--dry-run", layout=None, env={"CANN_SET_ENV": "/nonexistent"})
     assert "host: cpu" in result.stdout and "detected: no npu-smi device, /dev/davinci* or torch_npu" in result.stdout
-    assert set(env_lines(result.stdout)) == {"WANDB_MODE", "PYTHONPATH"}  # no Ascend variables
+    assert set(env_lines(result.stdout)) == {"WANDB_MODE", "PYTHONPATH", "OMP_NUM_THREADS"}  # no Ascend variables
     command = result.stdout.split("command (in", 1)[1].splitlines()[1]
     assert "--config_file DiT4DiT/config/deepseeds/cpu.yaml --num_processes 1 DiT4DiT/training/train.py" in command
     assert "--config_yaml DiT4DiT/config/tiny/dit4dit_tiny.yaml" in command
@@ -215,7 +218,7 @@ def test_bad_options_are_usage_errors():
     bad_int = launch("--max_train_steps=ten", layout=None)
     assert bad_int.returncode == 2 and "--max_train_steps=ten: expected a positive integer" in bad_int.stderr
     helped = launch("--help", layout=None)
-    assert helped.returncode == 0 and "--num_processes=N" in helped.stdout and "--dry-run" in helped.stdout
+    assert helped.returncode == 0 and "processes PER NODE" in helped.stdout and "--dry-run" in helped.stdout
 
 
 def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skeleton, data_skeleton):
@@ -282,7 +285,7 @@ def test_network_interface_sets_gloo_and_hccl(npu_ready):
     args, env = npu_ready
     out = launch("--dry-run", "--net_if=lo", *args, layout="a3", env=env).stdout
     variables = env_lines(out)
-    assert variables["GLOO_SOCKET_IFNAME"] == "lo" and variables["HCCL_SOCKET_IFNAME"] == "lo"
+    assert variables["GLOO_SOCKET_IFNAME"] == "lo" and variables["HCCL_SOCKET_IFNAME"] == "=lo"  # exact match
     assert variables["HCCL_IF_IP"] == "127.0.0.1"
     cpu = launch("--dry-run", layout=None, env={"DIT4DIT_NET_IF": "lo"}).stdout
     assert env_lines(cpu)["GLOO_SOCKET_IFNAME"] == "lo" and "HCCL_SOCKET_IFNAME" not in env_lines(cpu)
@@ -322,13 +325,13 @@ def test_relative_paths_are_the_callers_for_options_and_path_keys(tmp_path):
     result = subprocess.run(["bash", str(LAUNCHER), "--dry-run", "--base_model=m", "--datasets.vla_data.cache_dir=c",
                              "--run_root_dir=r"], cwd=cwd, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHON": sys.executable, "PATH": host_path()})
-    assert forwarded(result.stdout) == [f"--framework.cosmos25.base_model={cwd}/m", f"--datasets.vla_data.cache_dir={cwd}/c",
-                                        f"--run_root_dir={cwd}/r"]
+    assert forwarded(result.stdout) == [f"--framework.cosmos25.base_model={cwd}/m", f"--run_root_dir={cwd}/r",
+                                        f"--datasets.vla_data.cache_dir={cwd}/c"]
     assert f"log: {cwd}/r/dit4dit_tiny/train.log" in result.stdout
 
 
 def test_python_older_than_3_10_is_refused():
-    from DiT4DiT.tools.host_kind import python_problem
+    from DiT4DiT.launch.host_kind import python_problem
 
     assert python_problem((3, 9, 18)) == ("Python 3.9.18 is too old: this project needs Python 3.10 or 3.11 "
                                           "(PYTHON=/path/to/python3.10)")
@@ -366,3 +369,19 @@ time.sleep(120)
     log = (runs / "sig" / "train.log").read_text()
     assert log.rstrip().endswith(f"=== exit code {proc.returncode} (after SIGTERM, forwarded to the training process group)")
     assert "training failed" in stderr or proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_two_nodes_without_an_interface_use_the_route_to_machine_0_or_are_refused(npu_ready):
+    args, env = npu_ready
+    two = ["--dry-run", "--num_machines=2", "--main_process_ip=10.0.0.1", *args]
+    routed = launch(*two, layout="a3", env={**env, "FAKE_IP_ROUTE_DEV": "lo"})  # the fake `ip` in tests/fakes/bin
+    assert "network: lo (derived: `ip route get 10.0.0.1`), IPv4 127.0.0.1" in routed.stdout
+    variables = env_lines(routed.stdout)
+    assert variables["HCCL_SOCKET_IFNAME"] == "=lo" and variables["GLOO_SOCKET_IFNAME"] == "lo"
+    assert "TORCH_HCCL_ZERO_COPY" not in variables and "validated on one node only" in routed.stderr
+    assert "timeouts: process group 600 s" in routed.stdout and variables["HCCL_EXEC_TIMEOUT"] == "540"
+    refused = launch(*two, layout="a3", env={**env, "FAKE_IP_ROUTE": "none"})
+    assert refused.returncode == 2
+    assert ("2 machines need the network interface for collectives: pass --net_if=NAME (or DIT4DIT_NET_IF=NAME); "
+            "`ip route get 10.0.0.1` names no interface (RTNETLINK answers: Network is unreachable)") in refused.stderr

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import torch
 
+from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
 
-DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-tiny")
+DEFAULT_OUT = Path(TINY_MODEL_DIR)
 
 TEXT_HIDDEN = 32
 TEXT_LAYERS = 2

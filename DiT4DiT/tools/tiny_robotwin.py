@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from DiT4DiT.facts import TINY_DATA_DIR
 from DiT4DiT.tools import tiny_dataset
 from DiT4DiT.tools.tiny_dataset import Camera, robot_for
 
-DEFAULT_OUT = Path("playground/Datasets/robotwin_tiny")
+DEFAULT_OUT = Path(TINY_DATA_DIR)
 DEFAULT_TASKS = ("adjust_bottle", "place_a2b_left", "place_a2b_right")
 INSTRUCTIONS = {
     "adjust_bottle": "Pick up the bottle on the table and set it upright.",

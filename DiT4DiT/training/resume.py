@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.facts import is_under
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.checkpoint import ResumeError
 
@@ -80,7 +81,7 @@ def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) ->
     for key in COMPARED_KEYS:
         old, new = _leaves(saved, key), _leaves(current, key)
         for leaf in sorted(old.keys() & new.keys()):
-            if old[leaf] != new[leaf] and not any(leaf == a or leaf.startswith(a + ".") for a in allowed):
+            if old[leaf] != new[leaf] and not is_under(leaf, allowed):
                 changes.append(f"{leaf}: {old.get(leaf)!r} -> {new.get(leaf)!r}")
     return changes
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.facts import latent_frame_count
+from DiT4DiT.facts import is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
@@ -61,7 +61,7 @@ def unused_parameters_expected(cfg) -> bool:
     never_differentiated = [f"{EXTRACTOR_PATH}.text_encoder", f"{EXTRACTOR_PATH}.vae"]
     if cfg.framework.cosmos25.training == "action":
         never_differentiated.append(f"{EXTRACTOR_PATH}.transformer")
-    return any(not any(path == f or path.startswith(f + ".") for f in frozen) for path in never_differentiated)
+    return any(not is_under(path, frozen) for path in never_differentiated)
 
 
 def wasted_frames_message(num_frames: int, temporal_factor: int) -> str | None:

@@ -1,11 +1,8 @@
 """Is a base-model snapshot or a data root complete enough to start training? (Standard library only.)
 
 Shared by the launcher's preflight and the doctor, so a half-downloaded snapshot is reported in seconds,
-before 16 processes start, not as a stack trace after model loading.
-
-    python -m DiT4DiT.tools.folder_checks base_model DIR
-    python -m DiT4DiT.tools.folder_checks data_root DIR [DATA_MIX]
-print one problem per line and exit 1 when there are any.
+before 16 processes start, not as a stack trace after model loading. Each function returns one problem per
+item ([] when the folder is complete).
 """
 
 from __future__ import annotations
@@ -122,6 +119,13 @@ def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[
             if not (root / e.dataset / "meta" / "info.json").is_file()]
 
 
+def names_files(data_mix: str) -> bool:
+    """Whether data_mix is a path (a dataset, a folder of them, a mixture file) rather than a mixture name."""
+    from DiT4DiT.dataloader.mixtures import is_path
+
+    return is_path(data_mix)
+
+
 def data_mix_problems(data_mix: str) -> list[str]:
     """A data_mix given as a path: the dataset folder, folder of datasets or mixture file resolves."""
     from DiT4DiT.dataloader.mixtures import resolve_data_mix
@@ -131,22 +135,3 @@ def data_mix_problems(data_mix: str) -> list[str]:
     except ValueError as err:
         return [str(err)]
     return []
-
-
-CHECKS = {"base_model": base_model_problems, "data_root": data_root_problems, "data_mix": data_mix_problems}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not 2 <= len(argv) <= 3 or argv[0] not in CHECKS or (len(argv) == 3 and argv[0] != "data_root"):
-        print("usage: python -m DiT4DiT.tools.folder_checks {base_model DIR | data_root DIR [DATA_MIX] | data_mix PATH}",
-              file=sys.stderr)
-        return 2
-    problems = CHECKS[argv[0]](*argv[1:])
-    for problem in problems:
-        print(problem)
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

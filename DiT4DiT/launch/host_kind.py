@@ -10,16 +10,10 @@ exists: with torch_npu installed, `import torch` fails until CANN is sourced.
 - cuda: a CUDA build of torch sees devices.
 - cpu:  none of the above.
 `--device` overrides the detection (the chosen kind must still have devices).
-
-    python -m DiT4DiT.tools.host_kind [--device npu|cuda|cpu] [--soc a2|a3]
-    -> one tab-separated line: kind, visible devices, total devices, soc (a2/a3/none), Python version, reason,
-       problem ("" = none)
-       (exit 2, saying so, when this Python is older than 3.10)
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import importlib.util
 import os
@@ -28,7 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from DiT4DiT.tools import npu_topology
+from DiT4DiT.launch import npu_topology
 
 KINDS = ("npu", "cuda", "cpu")
 MIN_PYTHON = (3, 10)
@@ -119,25 +113,3 @@ def detect(device: str | None = None, soc: str | None = None) -> Host:
     if nvidia_present():
         return _cuda_host("")
     return Host("cpu", 0, 0, "none", "no npu-smi device, /dev/davinci* or torch_npu, and no NVIDIA device")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="npu, cuda or cpu host, and why (one tab-separated line).")
-    parser.add_argument("--device", choices=KINDS, help="override the detection")
-    parser.add_argument("--soc", choices=npu_topology.SOCS, help=f"override A2/A3 (also {npu_topology.SOC_ENV})")
-    args = parser.parse_args(argv)
-    too_old = python_problem(sys.version_info)
-    if too_old:
-        print(too_old, file=sys.stderr)
-        return 2
-    try:
-        host = detect(args.device, args.soc)
-    except ValueError as err:  # a bad DIT4DIT_SOC
-        parser.error(str(err))
-    python = ".".join(map(str, sys.version_info[:3]))
-    print("\t".join(map(str, (host.kind, host.visible, host.total, host.soc, python, host.reason, host.problem))))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,7 +15,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.facts import DIT_SIZES, PATCH_SIZE, VAE_SPATIAL_FACTOR, latent_frame_count, module_paths, num_output_frames
+from DiT4DiT.facts import (DIT_SIZES, PATCH_SIZE, VAE_SPATIAL_FACTOR, is_under, latent_frame_count, module_paths,
+                           num_output_frames)
 
 GIB = 1024**3
 ACTIVATION_BYTES_PER_TOKEN_UNIT = 34
@@ -61,7 +62,7 @@ PARTS = {name: f"backbone_interface.extractor.{name}" for name in ("text_encoder
 
 def is_frozen(module: str, freeze_modules: str | None) -> bool:
     """Whether `trainer.freeze_modules` freezes `module`: it names the module or one that contains it."""
-    return any(module == path or module.startswith(path + ".") for path in module_paths(freeze_modules))
+    return is_under(module, module_paths(freeze_modules))
 
 
 def mixture_views(data_mix: str, data_config: str = "auto") -> int:

@@ -1,6 +1,6 @@
 """What the prompt-embedding store and the start-up will need: store size, free disk, host memory per node.
 
-    python -m DiT4DiT.tools.store_estimate CONFIG_YAML BASE_MODEL     -> one JSON line
+    python -m DiT4DiT.doctor.store_estimate CONFIG_YAML BASE_MODEL     -> one JSON line
 
 The store holds one embedding per unique instruction of the mixture: max_sequence_length tokens x (text-encoder
 layers x hidden size) in the pipeline dtype (512 x 28 x 3584 x 2 B = 98 MiB for the 2B snapshot). Imports the

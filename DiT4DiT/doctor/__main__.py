@@ -1,0 +1,3 @@
+from DiT4DiT.doctor.checks import main
+
+raise SystemExit(main())

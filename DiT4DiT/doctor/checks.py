@@ -1,0 +1,510 @@
+"""Is this machine ready to train? One line per check: PASS, WARN, FAIL (each with its fix) or SKIP.
+
+    python -m DiT4DiT.doctor [--num_processes N] [--num_machines M] [--base_model DIR] [--config_yaml FILE]
+                                   [--soc a2|a3]
+
+Run it in the shell you will launch from (after `source .../set_env.sh`). The exit status is 1 when a check
+FAILs. On a host where npu-smi lists no device, the NPU checks are SKIPped (this is how CPU smoke runs and
+CI look); they FAIL only when the host is meant to be an NPU host but cannot be one: torch_npu installed
+with no NPU visible. `--num_processes` (per node) is checked against this node's visible NPUs; on a CPU host
+it is the number of CPU processes and is not limited. With `--num_machines`, run the doctor on every node: the
+device checks are this node's, the memory estimate counts every process of the job.
+
+Nothing here imports torch, torch_npu or mx_driving into this process: with torch_npu installed,
+`import torch` fails until CANN is sourced, and importing mx_driving applies transfer_to_npu globally.
+Those imports run in child processes whose failures become FAIL lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from DiT4DiT.facts import TINY_MODEL_DIR, download_command
+from DiT4DiT.doctor import npu_network
+from DiT4DiT.launch import folder_checks, host_kind, npu_topology, preflight
+from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
+
+TORCH_VERSION = "2.7.1"
+# torch_npu release for torch 2.7.1 -> the CANN it is built for (Ascend/pytorch COMPATIBILITY, ASCEND_NOTES §3.1).
+TORCH_NPU_FOR_CANN = {"2.7.1": "8.3.RC1", "2.7.1.post2": "8.5.0", "2.7.1.post4": "9.0.0", "2.7.1.post8": "9.1.0"}
+NPU_DEFAULTS = ("DiT4DiT/config/robotwin/dit4dit_robotwin.yaml", "playground/Pretrained_models/Cosmos-Predict2.5-2B")
+CPU_DEFAULTS = ("DiT4DiT/config/tiny/dit4dit_tiny.yaml", TINY_MODEL_DIR)
+HCCL_CONNECT_RANGE = (120, 7200)
+HCCL_EXEC_DEFAULT, HCCL_EVENT_DEFAULT = 1836, 1868
+PROBE_TIMEOUT_S = 300
+GIB = 1024**3
+DATA_WORKER_GIB = 1  # a data-loader worker: decoded frames, prefetched batches, the parquet tables it touched
+STORE_ESTIMATE_PROBE = """
+import json
+from DiT4DiT.doctor.store_estimate import estimate
+print(json.dumps(estimate({config!r}, {model!r})))
+"""
+
+_TORCH_NPU_PROBE = """
+import json, torch, torch_npu
+from torch_npu.utils import get_cann_version
+print(json.dumps({"cann": get_cann_version(), "devices": torch.npu.device_count()}))
+"""
+# API 1.0 exports a Patcher too (a context manager without `add`), so the generation is told by `add`.
+# CANN 9.0's Python dependencies (install guide, "Runtime dependencies"), those its op compiler (te/tbe) imports,
+# and setuptools (transfer_to_npu): distribution -> import name. requirements-npu.txt pins them.
+CANN_PYTHON_PACKAGES = {
+    "numpy": "numpy", "decorator": "decorator", "sympy": "sympy", "cffi": "cffi", "protobuf": "google.protobuf",
+    "attrs": "attr", "cython": "Cython", "pyyaml": "yaml", "pathlib2": "pathlib2", "scipy": "scipy",
+    "requests": "requests", "psutil": "psutil", "absl-py": "absl", "cloudpickle": "cloudpickle",
+    "ml-dtypes": "ml_dtypes", "tornado": "tornado", "setuptools": "setuptools",
+}
+CANN_PYTHON_MODULES = tuple(CANN_PYTHON_PACKAGES.values())
+CANN_MODULES_PROBE = f"""
+import importlib, json
+failed = {{}}
+for name in {CANN_PYTHON_MODULES!r}:
+    try:
+        importlib.import_module(name)
+    except Exception as err:
+        failed[name] = f"{{type(err).__name__}}: {{err}}"
+from google.protobuf import __version__ as protobuf
+print(json.dumps({{"failed": failed, "protobuf": protobuf}}))
+"""
+MX_DRIVING_PROBE = """
+import json, mx_driving.patcher as p
+print(json.dumps({"has_add": hasattr(getattr(p, "Patcher", None), "add"),
+                  "builder": hasattr(p, "default_patcher_builder")}))
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # PASS, WARN, FAIL or SKIP
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name:<15} {self.detail}" + (f"  -> fix: {self.fix}" if self.fix else "")
+
+
+def installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_dir(name: str) -> Path | None:
+    """Where a package is installed, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+
+
+def run_probe(code: str) -> tuple[dict | list | None, str]:
+    """Run `code` in a child interpreter; (its JSON output, "") or (None, the error's last line)."""
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {PROBE_TIMEOUT_S} s"
+    if result.returncode != 0:
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        return None, lines[-1] if lines else f"exit code {result.returncode}"
+    return json.loads(result.stdout.strip().splitlines()[-1]), ""
+
+
+def read_meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes ({} where there is none)."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if line.split()[1:2] and line.split()[1].isdigit()}
+
+
+def patcher_api(has_add: bool, builder: bool) -> str | None:
+    """mx_driving patcher generation: 2.0 when `Patcher` has `add` (2.0 wheels keep the 1.0 builder as a shim)."""
+    if has_add:
+        return "2.0"
+    if builder:
+        return "1.0"
+    return None
+
+
+def torch_npu_matches(torch_version: str, torch_npu_version: str) -> bool:
+    """torch_npu X.Y.Z[.postN] is built for torch X.Y.Z (local tags like +cpu ignored)."""
+    return torch_npu_version.split(".post")[0] == torch_version.split("+")[0]
+
+
+def hccl_problems(env: dict[str, str]) -> list[str]:
+    """Invalid HCCL timeout settings (ranges from the CANN 9.0 environment-variable reference)."""
+    problems: list[str] = []
+    values: dict[str, int] = {}
+    for var in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_EVENT_TIMEOUT"):
+        if var in env:
+            if not env[var].isdigit():
+                problems.append(f"{var}={env[var]!r} is not a whole number of seconds")
+            else:
+                values[var] = int(env[var])
+    low, high = HCCL_CONNECT_RANGE
+    if "HCCL_CONNECT_TIMEOUT" in values and not low <= values["HCCL_CONNECT_TIMEOUT"] <= high:
+        problems.append(f"HCCL_CONNECT_TIMEOUT={values['HCCL_CONNECT_TIMEOUT']} is outside [{low}, {high}]")
+    execute = values.get("HCCL_EXEC_TIMEOUT", HCCL_EXEC_DEFAULT)
+    event = values.get("HCCL_EVENT_TIMEOUT", HCCL_EVENT_DEFAULT)
+    if execute != 0 and event <= execute:
+        problems.append(f"HCCL_EVENT_TIMEOUT ({event}) must exceed HCCL_EXEC_TIMEOUT ({execute})")
+    return problems
+
+
+class Doctor:
+    """Gathers host facts once; each `check_*` method returns one Check."""
+
+    def __init__(self, args: argparse.Namespace, env: dict[str, str]):
+        self.args, self.env = args, env
+        self.npu_smi = npu_topology.run_npu_smi()
+        self.topo = npu_topology.read_topology(args.soc, self.npu_smi or "")
+        self.npu_host = self.topo is not None
+        self.torch_npu = installed_version("torch-npu")
+        config_default, model_default = NPU_DEFAULTS if self.npu_host else CPU_DEFAULTS
+        self.config_yaml = args.config_yaml or config_default
+        self.cfg, self.cfg_error = self._load_config()
+        cfg_model = self.cfg.framework.cosmos25.base_model if self.cfg is not None else None
+        self.base_model = Path(args.base_model or cfg_model or model_default)
+        self.num_processes = args.num_processes or (len(self.topo.visible) if self.topo else 1)
+        self.num_machines = args.num_machines
+        self._probe: tuple[dict | None, str] | None = None
+
+    def _load_config(self):
+        from DiT4DiT.config.schema import load_config  # omegaconf only; keeps `--help` instant
+
+        try:
+            return load_config(self.config_yaml, []), ""
+        except ValueError as err:
+            return None, str(err)
+
+    def torch_npu_probe(self) -> tuple[dict | None, str]:
+        if self._probe is None:
+            self._probe = run_probe(_TORCH_NPU_PROBE)
+        return self._probe
+
+    def skip_without_npu(self, name: str) -> Check | None:
+        return None if self.npu_host else Check(name, "SKIP", "no NPU on this host")
+
+    def check_python(self) -> Check:
+        version = ".".join(map(str, sys.version_info[:3]))
+        problem = host_kind.python_problem(sys.version_info)
+        if problem:
+            return Check("python", "FAIL", problem, "create the environment with Python 3.10 or 3.11")
+        return Check("python", "PASS", f"Python {version} ({sys.executable})")
+
+    def check_nodes(self) -> Check:
+        per_node = f"{self.num_processes} process(es) per node"
+        if self.num_machines == 1:
+            return Check("nodes", "PASS", f"1 node, {per_node}")
+        return Check("nodes", "PASS", f"{self.num_machines} nodes x {per_node} = {self.world_size} processes; the "
+                     "checks here are this node's: run the doctor on every node, with the run dir on a shared filesystem")
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes * self.num_machines
+
+    def check_devices(self) -> Check:
+        name = "npu_devices"
+        if self.topo is None:
+            if self.torch_npu:
+                return Check(name, "FAIL", f"torch_npu {self.torch_npu} is installed but npu-smi lists no NPU",
+                             "install the Ascend driver and firmware so that `npu-smi info` lists the devices")
+            return Check(name, "SKIP", f"no NPU (npu-smi absent or empty): CPU host, {self.num_processes} CPU process(es)")
+        visible, total = len(self.topo.visible), len(self.topo.chips)
+        where = f"{visible} of {total} devices visible ({self.topo.soc.upper()})"
+        if "ASCEND_RT_VISIBLE_DEVICES" in self.env:
+            where += f", ASCEND_RT_VISIBLE_DEVICES={self.env['ASCEND_RT_VISIBLE_DEVICES']}"
+        if self.num_processes > visible:
+            return Check(name, "FAIL", f"--num_processes {self.num_processes} per node but {where} on this node",
+                         f"use --num_processes={visible} or fewer (an Atlas 800T A3 node has 16 devices, an A2 node 8)")
+        unhealthy = [f"NPU {c.npu} chip {c.chip}: {c.health}" for c in self.topo.visible if c.health != "OK"]
+        if unhealthy:
+            return Check(name, "WARN", f"{where}; not OK: {', '.join(unhealthy)}", "check `npu-smi info` and the device logs")
+        return Check(name, "PASS", f"{where}; {self.num_processes} process(es)")
+
+    def check_soc(self) -> Check:
+        name = "a2_a3_zero_copy"
+        if skip := self.skip_without_npu(name):
+            return skip
+        soc, source = self.topo.soc, self.topo.soc_source
+        zero_copy = self.env.get("TORCH_HCCL_ZERO_COPY")
+        kind = f"{soc.upper()} ({source})"
+        if soc == "a2":
+            if zero_copy == "1":
+                return Check(name, "FAIL", f"{kind} with TORCH_HCCL_ZERO_COPY=1, which only A3 supports",
+                             "unset TORCH_HCCL_ZERO_COPY (or --soc=a3 if this really is an A3 node)")
+            return Check(name, "PASS", f"{kind}: TORCH_HCCL_ZERO_COPY off")
+        if zero_copy == "1" and "expandable_segments:True" not in self.env.get("PYTORCH_NPU_ALLOC_CONF", ""):
+            return Check(name, "FAIL", f"{kind}: TORCH_HCCL_ZERO_COPY=1 needs expandable segments",
+                         "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True")
+        if zero_copy == "1" and self.num_machines > 1:
+            return Check(name, "WARN", f"{kind}: TORCH_HCCL_ZERO_COPY=1 on {self.num_machines} nodes; the beta feature is "
+                         "validated on one node only", "unset TORCH_HCCL_ZERO_COPY unless you mean to try it")
+        state = "on" if zero_copy == "1" else "off here; scripts/train_8p.sh turns it on for one A3 node"
+        return Check(name, "PASS", f"{kind}: TORCH_HCCL_ZERO_COPY {state}")
+
+    def check_cann(self) -> Check:
+        name = "cann_env"
+        if skip := self.skip_without_npu(name):
+            return skip
+        home = self.env.get("ASCEND_HOME_PATH") or self.env.get("ASCEND_TOOLKIT_HOME")
+        if home:
+            return Check(name, "PASS", f"CANN sourced: {home}")
+        found, _ = preflight.cann_scripts(self.env)
+        fix = f"source {found[0]}" if found else "install CANN 9.0.0 (toolkit, kernels, nnal), then source its set_env.sh"
+        return Check(name, "FAIL", "CANN environment not sourced (ASCEND_HOME_PATH unset)", fix)
+
+    def check_cann_python(self) -> Check:
+        name = "cann_python"
+        if not self.npu_host and not self.torch_npu:
+            return Check(name, "SKIP", "no NPU stack here (CANN's Python packages come with requirements-npu.txt)")
+        found, error = run_probe(CANN_MODULES_PROBE)
+        fix = "pip install -r requirements-npu.txt (CANN's op compiler imports these; error 50001 or 'No module named' otherwise)"
+        if found is None:
+            return Check(name, "FAIL", f"CANN's Python packages do not import: {error}", fix)
+        if found["failed"]:
+            failed = ", ".join(f"{module} ({why})" for module, why in found["failed"].items())
+            return Check(name, "FAIL", f"do not import: {failed}", fix)
+        detail = f"{len(CANN_PYTHON_MODULES)} packages import (protobuf {found['protobuf']})"
+        if not found["protobuf"].startswith("3.20."):
+            return Check(name, "WARN", detail + "; CANN 9.0 asks for protobuf 3.20.x", "pip install protobuf==3.20.3")
+        return Check(name, "PASS", detail)
+
+    def check_npu_network(self) -> Check:
+        name = "npu_network"
+        if skip := self.skip_without_npu(name):
+            return skip
+        bad = "FAIL" if self.num_machines > 1 else "WARN"
+        scope = "collectives between nodes use these ports" if self.num_machines > 1 else \
+            "one node uses HCCS, so this matters only for multi-node jobs"
+        tool = npu_network.hccn_tool()
+        if tool is None:
+            return Check(name, bad, f"hccn_tool not found (PATH, {npu_network.DRIVER_TOOL}); {scope}",
+                         "install the Ascend driver's tools or put hccn_tool on PATH")
+        devices = [i for i, chip in enumerate(self.topo.chips) if chip in self.topo.visible]
+        ports = [npu_network.read_port(tool, device) for device in devices]
+        failing = [f"device {p.device}: {', '.join(p.problems())}" for p in ports if p.problems()]
+        if failing:
+            return Check(name, bad, f"{len(failing)} of {len(ports)} NPU ports not ready ({'; '.join(failing)}); {scope}",
+                         "check the cabling and /etc/hccn.conf (hccn_tool -i N -ip -s address A netmask M), "
+                         "then hccn_tool -i N -net_health -g")
+        return Check(name, "PASS", f"{len(ports)} NPU ports: link UP, an IP address, net health Success")
+
+    def check_versions(self) -> Check:
+        name = "stack_versions"
+        torch = installed_version("torch")
+        if torch is None:
+            return Check(name, "FAIL", "torch is not installed", "pip install -r requirements.txt (CPU/GPU) or requirements-npu.txt")
+        if torch.split("+")[0] != TORCH_VERSION:
+            return Check(name, "WARN", f"torch {torch}; this project pins {TORCH_VERSION}", f"pip install torch=={TORCH_VERSION}")
+        if not self.npu_host and not self.torch_npu:
+            return Check(name, "PASS", f"torch {torch} (no torch_npu: CPU/GPU stack)")
+        if not self.torch_npu:
+            return Check(name, "FAIL", f"torch {torch} but torch_npu is not installed", "pip install -r requirements-npu.txt")
+        if not torch_npu_matches(torch, self.torch_npu):
+            return Check(name, "FAIL", f"torch_npu {self.torch_npu} is not built for torch {torch}",
+                         f"pip install torch=={TORCH_VERSION} and the matching torch-npu (requirements-npu.txt)")
+        if not (self.env.get("ASCEND_HOME_PATH") or self.env.get("ASCEND_TOOLKIT_HOME")):
+            return Check(name, "SKIP", f"torch {torch}, torch_npu {self.torch_npu}; CANN version unknown until CANN is sourced")
+        probe, error = self.torch_npu_probe()
+        if probe is None:
+            return Check(name, "FAIL", f"`import torch_npu` fails: {error}",
+                         "source CANN's set_env.sh; install the torch_npu release for your CANN (requirements-npu.txt)")
+        cann, wanted = probe["cann"], TORCH_NPU_FOR_CANN.get(self.torch_npu)
+        detail = f"torch {torch}, torch_npu {self.torch_npu}, CANN {cann or 'unknown'}, {probe['devices']} device(s)"
+        if wanted is None:
+            return Check(name, "WARN", detail + ": this torch_npu release is not in our compatibility table",
+                         "check Ascend/pytorch COMPATIBILITY for your CANN")
+        if cann and not cann.startswith(wanted):
+            good = [v for v, c in TORCH_NPU_FOR_CANN.items() if cann.startswith(c)]
+            return Check(name, "FAIL", f"{detail}: torch_npu {self.torch_npu} is built for CANN {wanted}",
+                         f"pip install torch-npu=={good[0]}" if good else f"install CANN {wanted}")
+        return Check(name, "PASS", detail)
+
+    def check_libraries(self) -> Check:
+        name = "shared_libs"
+        if not self.torch_npu:
+            return Check(name, "SKIP", "torch_npu not installed (libc10.so / libtorch_npu.so only matter to NPU extensions)")
+        search = {os.path.realpath(p) for p in self.env.get("LD_LIBRARY_PATH", "").split(":") if p}
+        missing, off_path = [], []
+        for package, lib in (("torch", "libc10.so"), ("torch_npu", "libtorch_npu.so")):
+            pkg = package_dir(package)
+            lib_dir = pkg / "lib" if pkg else None
+            if lib_dir is None or not (lib_dir / lib).is_file():
+                missing.append(f"{lib} (in {lib_dir})")
+            elif os.path.realpath(lib_dir) not in search:
+                off_path.append(str(lib_dir))
+        if missing:
+            return Check(name, "FAIL", f"missing: {', '.join(missing)}", "reinstall torch and torch_npu (requirements-npu.txt)")
+        if off_path:
+            return Check(name, "WARN", f"not on LD_LIBRARY_PATH: {', '.join(off_path)} (mx_driving fails with 'libc10.so: cannot open')",
+                         "scripts/train_8p.sh adds them; for other launches: export LD_LIBRARY_PATH=" + ":".join(off_path) + ":$LD_LIBRARY_PATH")
+        return Check(name, "PASS", "libc10.so and libtorch_npu.so are on LD_LIBRARY_PATH")
+
+    def check_mx_driving(self) -> Check:
+        name = "mx_driving"
+        version = installed_version("mx-driving")
+        if version is None:
+            if not self.npu_host:
+                return Check(name, "SKIP", "not installed (NPU only)")
+            return Check(name, "WARN", "not installed: the patched trainer runs without the mx_driving patcher",
+                         "pip install mx-driving==26.2.0.post2")
+        if not self.npu_host or not (self.env.get("ASCEND_HOME_PATH") or self.env.get("ASCEND_TOOLKIT_HOME")):
+            return Check(name, "SKIP", f"mx-driving {version} installed; importing it needs NPUs and CANN sourced")
+        found, error = run_probe(MX_DRIVING_PROBE)
+        if found is None:
+            return Check(name, "FAIL", f"mx-driving {version}: `import mx_driving.patcher` fails: {error}",
+                         "source CANN; put torch/lib on LD_LIBRARY_PATH (scripts/train_8p.sh does)")
+        api = patcher_api(found["has_add"], found["builder"])
+        if api is None:
+            return Check(name, "FAIL", f"mx-driving {version}: patcher has neither Patcher nor default_patcher_builder",
+                         "pip install mx-driving==26.2.0.post2")
+        usage = "default_patcher" if api == "2.0" else "default_patcher_builder"
+        mode = self.env.get("DIT4DIT_MX_PATCHER", "lean")
+        return Check(name, "PASS", f"mx-driving {version}: patcher API {api} ({usage}); the NPU patch handles both "
+                     f"(DIT4DIT_MX_PATCHER={mode})")
+
+    def check_npu_processes(self) -> Check:
+        name = "npu_processes"
+        if skip := self.skip_without_npu(name):
+            return skip
+        visible = {(c.npu, c.chip) for c in self.topo.visible}
+        holding = [p for p in npu_topology.parse_npu_processes(self.npu_smi or "") if (p.npu, p.chip) in visible]
+        if not holding:
+            return Check(name, "PASS", "no process holds a visible NPU")
+        listed = ", ".join(f"pid {p.pid} {p.name} on NPU {p.npu} chip {p.chip} ({p.memory_mb} MB)" for p in holding)
+        return Check(name, "WARN", f"{len(holding)} process(es) still hold NPUs: {listed}",
+                     "stop them (a crashed run leaves ranks behind: kill <pid>) or use other devices")
+
+    def check_hccl(self) -> Check:
+        name = "hccl_env"
+        if skip := self.skip_without_npu(name):
+            return skip
+        problems = hccl_problems(self.env)
+        if problems:
+            return Check(name, "FAIL", "; ".join(problems), "fix or unset these variables (scripts/train_8p.sh sets sound defaults)")
+        shown = [f"{v}={self.env[v]}" for v in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_EVENT_TIMEOUT") if v in self.env]
+        return Check(name, "PASS", ", ".join(shown) or "HCCL timeouts at CANN defaults (scripts/train_8p.sh raises the connect timeout)")
+
+    def check_config(self) -> Check:
+        if self.cfg is None:
+            return Check("config", "FAIL", self.cfg_error, "pass --config_yaml FILE")
+        return Check("config", "PASS", f"{self.config_yaml} loads")
+
+    def check_base_model(self) -> Check:
+        problems = folder_checks.base_model_problems(self.base_model)
+        if problems:
+            tiny = self.base_model == Path(CPU_DEFAULTS[1])
+            fix = (f"python -m DiT4DiT.tools.tiny_cosmos --out {self.base_model}" if tiny else
+                   download_command(self.base_model))
+            return Check("base_model", "FAIL", "; ".join(problems), fix)
+        return Check("base_model", "PASS", f"{self.base_model} is complete")
+
+    def check_memory(self) -> Check:
+        name = "device_memory"
+        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        views = mixture_views(self.cfg.datasets.vla_data.data_mix, self.cfg.datasets.vla_data.data_config)
+        est = estimate_training_memory(self.base_model, self.cfg, self.world_size, views)
+        if est is None:
+            return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
+        need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "
+                f"{est.activation_gib:.1f} at batch {self.cfg.datasets.vla_data.per_device_batch_size})")
+        free = [c.hbm_free_mb for c in self.topo.visible if c.hbm_free_mb is not None] if self.topo else []
+        if not free:
+            return Check(name, "SKIP", need + "; no device memory to compare with")
+        free_gib = min(free) / 1024
+        smaller = "lower datasets.vla_data.per_device_batch_size or free the devices (`npu-smi info` lists their processes)"
+        if est.static_gib > free_gib:
+            return Check(name, "FAIL", f"{need} > {free_gib:.1f} GiB free", "use more processes (ZeRO-2 shares optimizer state) or free the devices")
+        if est.total_gib > free_gib:
+            return Check(name, "WARN", f"{need} > {free_gib:.1f} GiB free", smaller)
+        return Check(name, "PASS", f"{need} <= {free_gib:.1f} GiB free")
+
+    def check_prompt_store(self) -> Check:
+        name = "prompt_store"
+        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        est, error = run_probe(STORE_ESTIMATE_PROBE.format(config=str(self.config_yaml), model=str(self.base_model)))
+        if est is None:
+            return Check(name, "WARN", f"could not estimate the store: {error}", "run python -m DiT4DiT.doctor.store_estimate CONFIG BASE_MODEL")
+        if not est["prompt_cache"]:
+            return Check(name, "PASS", "framework.cosmos25.prompt_cache is off: prompts are encoded every step")
+        if not est["datasets"]:
+            return Check(name, "WARN", "no dataset of datasets.vla_data.data_mix found, so no instruction to count",
+                         "set datasets.vla_data.data_root_dir")
+        need = max(est["store_bytes"] - est["stored_bytes"], 0)
+        size = (f"{est['instructions']} instructions x {est['embedding_bytes'] / 2**20:.1f} MiB = "
+                f"{est['store_bytes'] / GIB:.1f} GiB at {est['store_dir']} ({est['stored_bytes'] / GIB:.1f} stored, "
+                f"{est['free_bytes'] / GIB:.1f} free)")
+        fix = f"set framework.cosmos25.prompt_store_dir to a folder with {need / GIB:.0f}+ GiB free (local disk or a shared filesystem)"
+        if need > est["free_bytes"]:
+            return Check(name, "FAIL", size, fix)
+        if need > 0.8 * est["free_bytes"]:
+            return Check(name, "WARN", size + ": the disk would be over 80% used", fix)
+        return Check(name, "PASS", size)
+
+    def check_host_memory(self) -> Check:
+        name = "host_memory"
+        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        counts = [safetensors_param_count(self.base_model / part) or 0 for part in ("text_encoder", "transformer", "vae")]
+        weights = sum(counts) * (4 if self.cfg.framework.cosmos25.torch_dtype == "float32" else 2)
+        workers = int(self.cfg.datasets.vla_data.num_workers) * DATA_WORKER_GIB * GIB
+        need = self.num_processes * (weights + workers)
+        meminfo = read_meminfo()
+        detail = (f"{self.num_processes} process(es) x ({weights / GIB:.1f} GiB of weights loaded on the host at start-up, "
+                  f"the text encoder's {counts[0] * weights / max(sum(counts), 1) / GIB:.1f} released once the prompt store is full, + "
+                  f"{self.cfg.datasets.vla_data.num_workers} data workers x ~{DATA_WORKER_GIB} GiB) = {need / GIB:.0f} GiB")
+        if "MemAvailable" not in meminfo:
+            return Check(name, "SKIP", detail + "; /proc/meminfo unreadable")
+        available = meminfo["MemAvailable"]
+        fix = "lower datasets.vla_data.num_workers or --num_processes per node, or free host memory"
+        if need > meminfo["MemTotal"]:
+            return Check(name, "FAIL", f"{detail} > {meminfo['MemTotal'] / GIB:.0f} GiB of host memory", fix)
+        if need > available:
+            return Check(name, "WARN", f"{detail} > {available / GIB:.0f} GiB available", fix)
+        return Check(name, "PASS", f"{detail} <= {available / GIB:.0f} GiB available")
+
+    def run(self) -> list[Check]:
+        return [self.check_python(), self.check_nodes(), self.check_devices(), self.check_npu_processes(), self.check_soc(),
+                self.check_cann(), self.check_cann_python(), self.check_versions(), self.check_libraries(), self.check_mx_driving(), self.check_hccl(),
+                self.check_npu_network(),
+                self.check_config(), self.check_base_model(), self.check_memory(), self.check_prompt_store(),
+                self.check_host_memory()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.doctor", description=__doc__.split("\n")[0])
+    parser.add_argument("--num_processes", type=int, help="processes per node (default: visible NPUs, or 1)")
+    parser.add_argument("--num_machines", type=int, default=1, help="nodes of the job (default 1)")
+    parser.add_argument("--base_model", help="Cosmos-Predict2.5 snapshot folder (default: the config's)")
+    parser.add_argument("--config_yaml", help=f"training config (default: {NPU_DEFAULTS[0]}, CPU host: {CPU_DEFAULTS[0]})")
+    parser.add_argument("--soc", choices=npu_topology.SOCS, help=f"override A2/A3 detection (also {npu_topology.SOC_ENV})")
+    args = parser.parse_args(argv)
+    if args.num_processes is not None and args.num_processes < 1:
+        parser.error("--num_processes must be at least 1")
+    if args.num_machines < 1:
+        parser.error("--num_machines must be at least 1")
+    try:
+        checks = Doctor(args, dict(os.environ)).run()
+    except ValueError as err:  # a bad DIT4DIT_SOC
+        parser.error(str(err))
+    for check in checks:
+        print(check.line())
+    failed = [c.name for c in checks if c.status == "FAIL"]
+    print(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "no failures")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The config values the launcher needs, resolved as the trainer will resolve them, each with its source.
+
+The launcher forwards only what the user typed; every other value comes from the YAML chosen for the host
+(or the schema's default). It still needs a few of them before starting (where the run dir and log go, which
+model and data folders to check, the collective timeout), and the dry run shows them. The config is loaded
+exactly as the trainer loads it, so a bad key or value is reported here, before any process starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
+
+SHOWN = ("run_root_dir", "run_id", "framework.cosmos25.base_model", "datasets.vla_data.data_root_dir",
+         "datasets.vla_data.data_mix")
+COLLECTIVE_TIMEOUT_KEY = "trainer.collective_timeout_s"
+COLLECTIVE_TIMEOUT_DEFAULT_S = 600  # the trainer's default for the key (docs/training.md)
+
+
+@dataclass(frozen=True)
+class Value:
+    key: str
+    value: str  # "" when unset
+    source: str  # "option", "yaml" or "default"
+
+
+def source_of(key: str, overridden: set[str], yaml_cfg) -> str:
+    if key in overridden:
+        return "option"
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(yaml_cfg, parent) if parent else yaml_cfg
+    return "yaml" if OmegaConf.is_dict(node) and leaf in node else "default"
+
+
+def unknown_option(items: list[str], top_level: set[str], options: list[str]) -> str:
+    """The launcher's error for an undotted name that is neither one of its options nor a top-level key."""
+    for item in items:
+        key = item.split("=", 1)[0]
+        if "." not in key and key not in top_level:
+            close = difflib.get_close_matches(key, [*options, *top_level], n=1)
+            hint = f"; did you mean --{close[0]}?" if close else ""
+            return (f"unknown option --{key}{hint} (see --help); trainer config keys are dotted, "
+                    "e.g. --trainer.save_interval=1000")
+    return ""
+
+
+def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[str, Value]:
+    """SHOWN keys, every overridden key and the collective timeout, in that order; ConfigError when the
+    config does not load with these overrides."""
+    items = normalize_cli_overrides(forwarded)
+    top_level = set(load_config(config_yaml, []))  # also says clearly when the YAML is missing or wrong
+    problem = unknown_option(items, top_level, options)
+    if problem:
+        raise ConfigError(problem)
+    cfg = load_config(config_yaml, items)
+    yaml_cfg = OmegaConf.load(config_yaml)
+    overridden = {item.split("=", 1)[0] for item in items}
+    values = {}
+    for key in [*SHOWN, *(k for k in sorted(overridden) if k not in SHOWN)]:
+        value = OmegaConf.select(cfg, key)
+        values[key] = Value(key, "" if value is None else str(value), source_of(key, overridden, yaml_cfg))
+    timeout = OmegaConf.select(cfg, COLLECTIVE_TIMEOUT_KEY)
+    if timeout is None:  # a config from before the key existed: the trainer's default applies
+        values[COLLECTIVE_TIMEOUT_KEY] = Value(COLLECTIVE_TIMEOUT_KEY, str(COLLECTIVE_TIMEOUT_DEFAULT_S), "default")
+    else:
+        values[COLLECTIVE_TIMEOUT_KEY] = Value(COLLECTIVE_TIMEOUT_KEY, str(timeout),
+                                               source_of(COLLECTIVE_TIMEOUT_KEY, overridden, yaml_cfg))
+    return values
