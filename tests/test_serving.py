@@ -22,38 +22,9 @@ from websockets.sync.client import connect
 
 from DiT4DiT.serving.client import PolicyClient, ServerError
 from DiT4DiT.serving.server import PolicyServer, running_server
+from helpers.fixtures_serving import example, raw_pack, raw_unpack, server_process, wait_for_port
 
-ROOT = Path(__file__).resolve().parents[1]
-IMAGE = (32, 96, 3)  # tiny config: 32-pixel views, RoboTwin's three side by side
-STATE_DIM, CHUNK, ACTION_DIM = 14, 8, 14
-
-
-# --- a client written only from the protocol (UPSTREAM_SPEC §8.2), not from our code --------------------------
-
-def raw_pack(obj) -> bytes:
-    def tag(value):
-        if isinstance(value, np.ndarray):
-            return {b"__ndarray__": True, b"data": value.tobytes(), b"dtype": value.dtype.str, b"shape": list(value.shape)}
-        raise TypeError(type(value))
-
-    return msgpack.packb(obj, default=tag)
-
-
-def raw_unpack(data: bytes):
-    def untag(obj):
-        if b"__ndarray__" in obj:
-            return np.frombuffer(obj[b"data"], dtype=np.dtype(obj[b"dtype"])).reshape(obj[b"shape"])
-        return obj
-
-    return msgpack.unpackb(data, object_hook=untag)
-
-
-def example(seed: int = 0, **changes) -> dict:
-    rng = np.random.default_rng(seed)
-    ex = {"image": [rng.integers(0, 256, IMAGE, dtype=np.uint8)], "lang": "place the bottle",
-          "state": rng.uniform(-1, 1, (1, STATE_DIM)).astype(np.float32)}
-    ex.update(changes)
-    return {k: v for k, v in ex.items() if v is not None}
+CHUNK, ACTION_DIM = 8, 14
 
 
 def expected_actions(normalized: np.ndarray, action_stats: dict) -> np.ndarray:
@@ -194,25 +165,6 @@ def test_idle_timeout_stops_the_server(tiny_policy):
     thread.start()
     thread.join(timeout=60)
     assert not thread.is_alive()
-
-
-def server_process(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", *args], cwd=ROOT,
-                            env=env or dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
-                            stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_port(process: subprocess.Popen, lines: list[str], deadline_s: float = 300) -> int:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            raise AssertionError(f"the server exited before listening:\n{''.join(lines)}")
-        lines.append(line)
-        found = re.search(r"serving DiT4DiT on ws://127\.0\.0\.1:(\d+)", line)
-        if found:
-            return int(found.group(1))
-    raise AssertionError("the server did not start listening in time")
 
 
 def test_sigterm_stops_a_server_process_cleanly(tiny_ckpt):

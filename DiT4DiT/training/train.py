@@ -32,10 +32,12 @@ from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overri
 from DiT4DiT.config.validate import has_action_head, validate_training_config
 from DiT4DiT.dataloader import DataError, build_vla_datasets, collate_fn, save_dataset_statistics
 from DiT4DiT.model.framework import build_framework
+from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
+from DiT4DiT.tools.export_checkpoint import original_server_note
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training import preemption, resume as resumption, run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
@@ -258,7 +260,7 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
                                          run_dir / "dataset_statistics.json", is_main)
     elif is_main:
         save_dataset_statistics(train_set.statistics(), run_dir / "dataset_statistics.json")
-        ckpt.save_config(cfg, run_dir / "config.yaml")
+        ckpt.save_config(recorded_config(cfg), run_dir / "config.yaml")
     model, left_out = build_model(cfg, resume, is_deepspeed(accelerator))
     optimizer = build_optimizer(model, cfg.trainer)
     scheduler = build_lr_scheduler(optimizer, cfg.trainer)
@@ -313,6 +315,7 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     if accelerator.is_main_process:
         plot_loss_curve(run.run_dir)
         log.info("done: %s", run.run_dir)
+        log.info(original_server_note(cfg, run.run_dir))
     accelerator.wait_for_everyone()
     return run.run_dir
 
