@@ -270,3 +270,17 @@ def test_actions_are_in_robot_units_for_each_family(mixture, tiny_pipeline_dir, 
     grippers = ~np.asarray(section["mask"])
     assert grippers.any() == (mixture != "fourier_gr1_unified_1000")
     assert set(np.unique(actions[..., grippers])) <= {0.0, 1.0}
+
+
+def test_resume_takes_a_recorded_dit_size_and_a_null_one_as_the_same(tmp_path):
+    from DiT4DiT.training.resume import ResumeError, check_config_unchanged
+
+    cfg = load_config(REPO / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml")
+    assert cfg.framework.action_model.diffusion_model_cfg.num_attention_heads is None
+    for written in (recorded_config(cfg), cfg):  # ours now, and a run folder written before sizes were recorded
+        (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(written))
+        check_config_unchanged(cfg, tmp_path, None, 1)
+    larger = load_config(REPO / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml",
+                         ["framework.action_model.action_model_type=DiT-L"])
+    with pytest.raises(ResumeError, match="num_attention_heads: 12 -> 32"):
+        check_config_unchanged(larger, tmp_path, None, 1)
