@@ -106,17 +106,16 @@ def _example(size: int, views: int, state_dim: int, seed: int = 0) -> dict:
 
 @pytest.mark.slow
 def test_our_run_with_full_state_dicts_loads_in_the_original_loading_path_and_predicts_as_our_server(
-        tiny_pipeline_dir, tiny_robotwin_root, tmp_path, one_torch_thread, caplog):
-    with caplog.at_level(logging.INFO, logger="dit4dit.train"):
-        code = train_main(["--config_yaml", str(TINY_YAML), f"--framework.cosmos25.base_model={tiny_pipeline_dir}",
-                           f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}", f"--run_root_dir={tmp_path}",
-                           "--run_id=ours", "--trackers=[jsonl]", "--trainer.save_full_state_dict=true",
-                           "--trainer.max_train_steps=2", "--trainer.save_interval=2", "--trainer.eval_interval=2",
-                           f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--datasets.vla_data.num_workers=0"])
+        tiny_pipeline_dir, tiny_robotwin_root, tmp_path, one_torch_thread, capsys):
+    code = train_main(["--config_yaml", str(TINY_YAML), f"--framework.cosmos25.base_model={tiny_pipeline_dir}",
+                       f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}", f"--run_root_dir={tmp_path}",
+                       "--run_id=ours", "--trackers=[jsonl]", "--trainer.save_full_state_dict=true",
+                       "--trainer.max_train_steps=2", "--trainer.save_interval=2", "--trainer.eval_interval=2",
+                       f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--datasets.vla_data.num_workers=0"])
     assert code == 0
     run_dir = tmp_path / "ours"
     checkpoint = run_dir / "final_model/pytorch_model.pt"
-    assert f"{checkpoint} holds every weight: the original's server loads it as it is" in caplog.text
+    assert f"{checkpoint} holds every weight: the original's server loads it as it is" in capsys.readouterr().err
     # The original's from_pretrained: config.yaml as it is, pretrained_checkpoint unset, the framework built from
     # it, then torch.load and a strict load_state_dict.
     config = OmegaConf.load(run_dir / "config.yaml")
