@@ -49,11 +49,13 @@ OPEN_NODES = {"trainer.learning_rate": Key(1e-4, "learning rate of the named mod
 SCHEMA: dict = {
     "run_id": Key("dit4dit_run", "name of the run; the run directory is <run_root_dir>/<run_id>"),
     "run_root_dir": Key("./runs", "parent folder of run directories"),
-    "seed": Key(42, "base random seed (each process adds its rank)", min=0, max=MAX_SEED),
+    "seed": Key(3047, "base random seed (each process adds its rank); 3047 when a YAML sets none, as in the original",
+                min=0, max=MAX_SEED),
     "trackers": Key(["jsonl", "wandb"], "metric sinks: any of jsonl, wandb", choices=TRACKERS),
     "wandb_entity": Key(None, "wandb entity (team or user)", kind="str"),
     "wandb_project": Key("dit4dit", "wandb project"),
-    "wandb_mode": Key("offline", "wandb mode: offline, online or disabled", choices=("offline", "online", "disabled")),
+    "wandb_mode": Key(None, "wandb mode: offline, online or disabled (unset: $WANDB_MODE when exported, else offline)",
+                      kind="str", choices=("offline", "online", "disabled")),
     "output_dir": Key(None, "<run_root_dir>/<run_id>, derived when the config loads; setting it has no effect", kind="str"),
     "framework": {
         "name": Key("DiT4DiT", "registered framework class to build"),

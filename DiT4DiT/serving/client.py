@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from DiT4DiT.serving import wire
@@ -19,13 +21,14 @@ class ServerError(RuntimeError):
 
 class PolicyClient:
     """`PolicyClient(host, port)`; `.metadata`; `.predict_action(query)` returns the whole reply like the original's
-    client; `.infer(examples)` returns its `data` or raises ServerError."""
+    client; `.infer(examples)` returns its `data` or raises ServerError. `token` (default: $DIT4DIT_SERVER_TOKEN)
+    is sent as the original's client sends its api_key."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 10093, *, api_key: str | None = None,
+    def __init__(self, host: str = "127.0.0.1", port: int = 10093, *, token: str | None = None,
                  wait_s: float = 300.0, retry_s: float = 2.0):
         self.uri = f"ws://{host}:{port}"
         self._ids = itertools.count()
-        self._ws, self.metadata = self._connect(api_key, wait_s, retry_s)
+        self._ws, self.metadata = self._connect(token or os.environ.get(wire.TOKEN_ENV), wait_s, retry_s)
 
     def _connect(self, api_key, wait_s: float, retry_s: float) -> tuple[ClientConnection, dict]:
         headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
@@ -36,6 +39,10 @@ class PolicyClient:
                 ws = connect(self.uri, compression=None, max_size=None, additional_headers=headers, open_timeout=150,
                              ping_interval=20, ping_timeout=20, proxy=None)
                 return ws, wire.unpack(ws.recv())
+            except InvalidStatus as refused:
+                if refused.response.status_code == 401:
+                    raise ServerError(f"{self.uri} requires a token: pass token= or set {wire.TOKEN_ENV}") from None
+                raise
             except ConnectionRefusedError:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"no policy server at {self.uri} after {wait_s:.0f} s") from None

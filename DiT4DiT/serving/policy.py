@@ -16,21 +16,51 @@ class RequestError(ValueError):
     """A request the policy cannot answer; the message says what to change."""
 
 
+# The prompt is cut at max_sequence_length tokens; English runs about 4 characters a token, so an instruction
+# longer than this many characters per token would mostly be thrown away (and tokenising a huge one costs GBs).
+CHARS_PER_TOKEN = 4
+# Views side by side when the run's mixture does not say how many cameras it has (a mixture file, say).
+MAX_VIEWS_UNKNOWN = 8
+FLOAT_BYTES = 4
+
+
+def camera_count(data_mix: str) -> int:
+    """The most cameras any data config of a named mixture combines; MAX_VIEWS_UNKNOWN for other mixtures."""
+    from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+    from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
+
+    entries = DATASET_NAMED_MIXTURES.get(data_mix, ())
+    counts = [len(DATA_CONFIGS[e.data_config].video_keys) for e in entries if e.data_config in DATA_CONFIGS]
+    return max(counts) if counts else MAX_VIEWS_UNKNOWN
+
+
 @dataclass(frozen=True)
 class PolicyShape:
-    """What a request must look like for one trained model."""
+    """What a request must look like for one trained model, and the bounds that cap one request's work."""
 
     image_size: int  # each camera view is image_size x image_size, views side by side
     state_dim: int  # 0: the model takes no state
     chunk: int  # action steps per prediction
     action_dim: int  # model output width (padded); the robot's width is the statistics'
     max_batch: int
+    max_views: int  # cameras of the run's data configs
+    max_frames: int  # frames per example the run trained on (only the first conditions the action)
+    max_instruction_chars: int
 
     @classmethod
     def of(cls, config, max_batch: int) -> "PolicyShape":
-        head = config.framework.action_model
-        return cls(int(config.datasets.vla_data.image_size), int(head.state_dim or 0),
-                   int(head.future_action_window_size) + 1, int(head.action_dim), int(max_batch))
+        head, data = config.framework.action_model, config.datasets.vla_data
+        frames = len(range(0, len(data.video_delta_indices), data.action_video_freq_ratio))
+        return cls(int(data.image_size), int(head.state_dim or 0), int(head.future_action_window_size) + 1,
+                   int(head.action_dim), int(max_batch), camera_count(data.data_mix), frames,
+                   CHARS_PER_TOKEN * int(config.framework.cosmos25.max_sequence_length))
+
+    def max_message_bytes(self) -> int:
+        """The largest well-formed request: max_batch examples of max_frames float32 frames of max_views views,
+        instructions at their bound (4 bytes a character at most in UTF-8), states; plus 1 MiB of framing."""
+        frame = self.image_size * self.image_size * self.max_views * 3 * FLOAT_BYTES
+        example = self.max_frames * frame + FLOAT_BYTES * self.max_instruction_chars + FLOAT_BYTES * 8 * self.state_dim
+        return self.max_batch * example + (1 << 20)
 
 
 def select_statistics(statistics: dict, unnorm_key: str | None, source: str) -> tuple[str, dict]:
@@ -45,24 +75,37 @@ def select_statistics(statistics: dict, unnorm_key: str | None, source: str) -> 
 
 
 class ActionUnnormalizer:
-    """Normalised model actions -> the robot's units, with the run's action statistics."""
+    """Normalised model actions -> the robot's units, with the run's action statistics (ours or the original's).
+
+    Ranged dims (min_max, q99) are clipped to [-1, 1] first, as the original's clients do, so actions stay in the
+    recorded range. Gripper dims are 0/1: binary ones by their mode, and grippers trained raw (LIBERO's, the dims
+    the statistics' `mask` leaves out with no mode of their own) at 0.5 after clipping, as the original's LIBERO
+    client binarises them.
+    """
 
     def __init__(self, section: dict):
         self.normalizer = Normalizer.from_statistics(section)
-        self.width = len(section["normalization"])
-        # As the original's clients: ranged dims are clipped to [-1, 1] first, so actions stay in the recorded range.
-        self._ranged = np.isin(self.normalizer.modes, ("min_max", "q99"))
+        self.width = len(self.normalizer.modes)
+        modes = self.normalizer.modes
+        self._ranged = np.isin(modes, ("min_max", "q99"))
+        kept = np.asarray(section.get("mask", np.ones(self.width, dtype=bool)), dtype=bool)
+        self._raw_gripper = (modes == "identity") & ~kept
 
     def __call__(self, normalized: np.ndarray) -> np.ndarray:
         y = np.asarray(normalized, dtype=np.float64)[..., : self.width]
-        y = np.where(self._ranged, np.clip(y, -1.0, 1.0), y)
-        return self.normalizer.unnormalize(y).astype(np.float32)
+        y = np.where(self._ranged | self._raw_gripper, np.clip(y, -1.0, 1.0), y)
+        actions = self.normalizer.unnormalize(y)
+        actions = np.where(self._raw_gripper, (y >= 0.5).astype(np.float64), actions)
+        return actions.astype(np.float32)
 
 
-def _frames(value, where: str) -> list[np.ndarray]:
+def _frames(value, where: str, max_frames: int) -> list[np.ndarray]:
     frames = list(value) if isinstance(value, (list, tuple)) else [value]
     if not frames:
         raise RequestError(f"{where}.image is an empty list; send at least the current frame")
+    if len(frames) > max_frames:
+        raise RequestError(f"{where}.image holds {len(frames)} frames; this model takes at most {max_frames} (only the "
+                           "first, the current observation, conditions the action): put camera views side by side")
     for position, frame in enumerate(frames):
         if not isinstance(frame, np.ndarray):
             raise RequestError(f"{where}.image[{position}] is a {type(frame).__name__}, not a numpy array (H, W, 3)")
@@ -84,7 +127,7 @@ class Policy:
     @classmethod
     def load(cls, ckpt: str | Path, device: torch.device, *, bf16: bool = False, unnorm_key: str | None = None,
              max_batch: int = 64) -> "Policy":
-        from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
+        from DiT4DiT.model.framework.base_framework import baseframework
 
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"{ckpt}: no such checkpoint file")
@@ -93,7 +136,7 @@ class Policy:
             raise FileNotFoundError(f"{stats_path}: missing; the policy needs the run's statistics to return actions "
                                     "in the robot's units (the trainer writes it into the run dir)")
         tag, entry = select_statistics(json.loads(stats_path.read_text()), unnorm_key, str(stats_path))
-        model = DiT4DiT.from_pretrained(ckpt)
+        model = baseframework.from_pretrained(ckpt)  # original run folders too (keys they lack come from the weights)
         if model.action_model is None:
             raise ValueError(f"{ckpt}: framework.cosmos25.training=video has no action head to serve")
         # Frozen throughout: no gradients when serving. Instructions the run's prompt store holds are read from it;
@@ -114,6 +157,8 @@ class Policy:
             "action_dim": self.unnormalize.width,
             "unnorm_key": self.statistics_tag,
             "statistics": {"action": self.statistics["action"], "state": self.statistics["state"]},
+            "limits": {"max_batch": self.shape.max_batch, "max_views": self.shape.max_views,
+                       "max_frames": self.shape.max_frames, "max_instruction_chars": self.shape.max_instruction_chars},
         }
 
     def check(self, message) -> list[dict]:
@@ -141,17 +186,24 @@ class Policy:
         for key in ("image", "lang"):
             if key not in example:
                 raise RequestError(f"{where} lacks '{key}'; each example needs image (H, W, 3), lang (str), state")
-        if not isinstance(example["lang"], str) or not example["lang"].strip():
+        lang = example["lang"]
+        if not isinstance(lang, str) or not lang.strip():
             raise RequestError(f"{where}.lang must be a non-empty instruction string")
-        frames = _frames(example["image"], where)
-        size = self.shape.image_size
+        if len(lang) > self.shape.max_instruction_chars:
+            raise RequestError(f"{where}.lang is {len(lang)} characters; this model reads at most "
+                               f"{self.shape.max_instruction_chars} (framework.cosmos25.max_sequence_length tokens)")
+        frames = _frames(example["image"], where, self.shape.max_frames)
+        size, most = self.shape.image_size, self.shape.max_views
         for position, frame in enumerate(frames):
-            if frame.ndim != 3 or frame.shape[-1] != 3 or frame.shape[0] != size or frame.shape[1] % size:
+            if frame.ndim != 3 or frame.shape[-1] != 3 or frame.shape[0] != size or frame.shape[1] % size \
+                    or not 0 < frame.shape[1] // size <= most:
                 raise RequestError(
-                    f"{where}.image[{position}] has shape {frame.shape}; this model takes ({size}, {size} x views, 3): "
-                    f"resize each camera view to {size}x{size} and put the views side by side")
-        # Copies: arrays off the wire are read-only views of the message, which torch refuses to wrap silently.
-        out = {"image": [np.array(frame) for frame in frames], "lang": example["lang"]}
+                    f"{where}.image[{position}] has shape {frame.shape}; this model takes ({size}, {size} x views, 3) "
+                    f"with 1 to {most} views: resize each camera view to {size}x{size} and put the views side by side")
+        # Only the current frame conditions the action. A copy in native byte order: arrays off the wire are
+        # read-only views of the message (torch refuses to wrap them silently) and may be big-endian.
+        current = frames[0]
+        out = {"image": [np.array(current, dtype=current.dtype.newbyteorder("="))], "lang": lang}
         if "state" in example:
             out["state"] = self._check_state(example["state"], where)
         return out
@@ -166,7 +218,7 @@ class Policy:
                                "(normalised as in training, zero-padded to framework.action_model.state_dim)")
         if not np.isfinite(state).all():
             raise RequestError(f"{where}.state holds NaN or infinite values")
-        return state.reshape(1, self.shape.state_dim).astype(np.float32)
+        return state.reshape(1, self.shape.state_dim).astype(np.float32)  # a native-order copy
 
     def infer(self, examples: list[dict]) -> dict[str, np.ndarray]:
         """normalized_actions (B, chunk, action_dim), as the original's server; actions: the same in robot units."""

@@ -2,7 +2,10 @@
 
     python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt [--port 10093] [--device auto]
 
-Per connection the server first sends its metadata, then answers each binary msgpack frame:
+Safe by default: it listens on 127.0.0.1 (`--host 0.0.0.0` opens it to the network, with a warning); with
+`--token` (or DIT4DIT_SERVER_TOKEN) a connection must carry `Authorization: Api-Key <token>` (what the original's
+client sends for its api_key); one request's size is bounded by the model's metadata (batch, views, frames,
+instruction length), so no request can grow the process by more than that. Per connection the server first sends its metadata, then answers each binary msgpack frame:
 `{"type": "ping"}` -> `{status: "ok", ok: true, type: "ping", request_id}`; `{"examples": [...], ...}` (type
 "infer", the default, or "predict_action") -> `{status: "ok", ok: true, type: "inference_result", request_id,
 data: {normalized_actions, actions}}`. A request it cannot answer gets `{status: "error", ok: false, type,
@@ -16,7 +19,10 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import hmac
+import ipaddress
 import logging
+import os
 import signal
 import sys
 import threading
@@ -32,6 +38,23 @@ from DiT4DiT.serving.policy import Policy, RequestError
 log = logging.getLogger("dit4dit.serve")
 
 INFER_TYPES = ("infer", "predict_action")
+# Incoming frames websockets may buffer per connection (its default is 16): each may be a whole request.
+QUEUED_FRAMES = 2
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: whatever it resolves to, it is not only this machine
+        return False
+
+
+def reply_id(message: dict):
+    """The request's id as the reply may carry it: plain scalars as sent, anything else as text."""
+    value = message.get("request_id", "default")
+    return value if isinstance(value, (str, int, float, bool)) or value is None else repr(value)[:200]
 
 
 def ok_reply(kind: str, request_id, **fields) -> dict:
@@ -43,12 +66,14 @@ def error_reply(kind: str, request_id, message: str) -> dict:
 
 
 class PolicyServer:
-    def __init__(self, policy: Policy, host: str = "0.0.0.0", port: int = 10093, *,
-                 max_message_bytes: int = 256 << 20, idle_timeout: float = -1):
+    def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 10093, *,
+                 max_message_bytes: int | None = None, idle_timeout: float = -1, token: str | None = None):
         self.policy = policy
         self.host, self.port = host, port
-        self.max_message_bytes = max_message_bytes
+        # Default: the largest request the model's bounds allow (larger frames close with 1009).
+        self.max_message_bytes = max_message_bytes or policy.shape.max_message_bytes()
         self.idle_timeout = idle_timeout
+        self._token = token or None
         self._metadata = wire.pack(policy.metadata())
         self._model_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
         self._last_message = time.monotonic()
@@ -59,10 +84,14 @@ class PolicyServer:
         """Serve until stop() (or SIGTERM/SIGINT when installed); on_ready(port) once listening."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        async with serve(self._connection, self.host, self.port, compression=None,
-                         max_size=self.max_message_bytes) as server:
+        async with serve(self._connection, self.host, self.port, compression=None, max_size=self.max_message_bytes,
+                         max_queue=QUEUED_FRAMES, process_request=self._check_token) as server:
             self.port = server.sockets[0].getsockname()[1]
-            log.info("serving %s on ws://%s:%d", type(self.policy.model).__name__, self.host, self.port)
+            if not is_loopback(self.host):
+                log.warning("listening on %s: beyond this machine, anyone who can reach port %d can use the model%s",
+                            self.host, self.port, "" if self._token else "; pass --token to require a shared token")
+            log.info("serving %s on ws://%s:%d%s", type(self.policy.model).__name__, self.host, self.port,
+                     " (token required)" if self._token else "")
             if on_ready is not None:
                 on_ready(self.port)
             watchdog = asyncio.ensure_future(self._idle_watchdog()) if self.idle_timeout > 0 else None
@@ -91,6 +120,17 @@ class PolicyServer:
                 self._stopping.set()
                 return
 
+    def _check_token(self, connection: ServerConnection, request):
+        """Before the handshake completes: with a token, refuse (401) a connection that lacks it."""
+        if self._token is None:
+            return None
+        sent = request.headers.get("Authorization", "")
+        scheme, _, value = sent.partition(" ")
+        if scheme.lower() in ("api-key", "bearer") and hmac.compare_digest(value.encode(), self._token.encode()):
+            return None
+        log.warning("connection from %s refused: no or wrong token", connection.remote_address)
+        return connection.respond(401, "this policy server needs its token: Authorization: Api-Key <token>\n")
+
     async def _connection(self, websocket: ServerConnection) -> None:
         peer = websocket.remote_address
         log.info("connection from %s opened", peer)
@@ -98,11 +138,28 @@ class PolicyServer:
         try:
             async for frame in websocket:
                 self._last_message = time.monotonic()
-                await websocket.send(wire.pack(await self._answer(frame, peer)))
+                await websocket.send(self._packed(await self._guarded_answer(frame, peer)))
         except websockets.ConnectionClosed as closed:
             log.info("connection from %s closed: %s", peer, closed)
             return
         log.info("connection from %s closed", peer)
+
+    async def _guarded_answer(self, frame, peer) -> dict:
+        """Every failure while answering is an error reply, never a closed connection (websockets' 1011)."""
+        try:
+            return await self._answer(frame, peer)
+        except Exception as error:  # a request that slipped past the checks must not take the connection down
+            log.exception("request from %s could not be answered", peer)
+            return error_reply("invalid_request", "default", f"the request could not be answered "
+                               f"({type(error).__name__}: {error})")
+
+    @staticmethod
+    def _packed(reply: dict) -> bytes:
+        try:
+            return wire.pack(reply)
+        except Exception as error:  # e.g. an answer carrying a value the wire refuses
+            return wire.pack(error_reply(reply.get("type", "invalid_request"), "default",
+                                         f"the reply could not be encoded ({type(error).__name__}: {error})"))
 
     async def _answer(self, frame, peer) -> dict:
         started = time.perf_counter()
@@ -110,11 +167,13 @@ class PolicyServer:
             return error_reply("invalid_request", "default", "text frame received; send msgpack as a binary frame")
         try:
             message = wire.unpack(frame)
-        except Exception as error:  # msgpack raises several unrelated types for undecodable bytes
-            return error_reply("invalid_request", "default", f"the frame is not msgpack ({type(error).__name__}: {error})")
+        except wire.WireError as error:
+            return error_reply("invalid_request", "default", f"the frame is not msgpack the server can read: {error}")
         if not isinstance(message, dict):
             return error_reply("invalid_request", "default", f"a request is a map; got {type(message).__name__}")
-        request_id, kind = message.get("request_id", "default"), message.get("type", "infer")
+        request_id, kind = reply_id(message), message.get("type", "infer")
+        if not isinstance(kind, str):
+            return error_reply("unknown", request_id, f"'type' must be text (ping or infer); got {type(kind).__name__}")
         if kind == "ping":
             return ok_reply("ping", request_id)
         if kind not in INFER_TYPES:
@@ -171,15 +230,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.serving.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", "--ckpt_path", dest="ckpt", required=True,
                         help="RUN/checkpoints/steps_N_pytorch_model.pt or RUN/final_model/pytorch_model.pt")
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all interfaces)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default: this machine only; 0.0.0.0: every interface, with a warning)")
+    parser.add_argument("--token", default=os.environ.get(wire.TOKEN_ENV),
+                        help=f"shared token a client must send as 'Authorization: Api-Key <token>' (default: ${wire.TOKEN_ENV}; "
+                             "unset: no token)")
     parser.add_argument("--port", type=int, default=10093, help="0 picks a free port (logged at start)")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
                         help="auto takes the first accelerator present, else the CPU")
     parser.add_argument("--bf16", "--use_bf16", dest="bf16", action="store_true", help="cast the model to bfloat16")
     parser.add_argument("--unnorm_key", default=None, help="statistics tag, when the run trained on several robots")
     parser.add_argument("--max_batch", type=int, default=64, help="most examples in one request")
-    parser.add_argument("--max_message_mb", type=float, default=256.0,
-                        help="larger frames close the connection with code 1009 (message too big)")
+    parser.add_argument("--max_message_mb", type=float, default=None,
+                        help="larger frames close the connection with code 1009 (message too big); default: the "
+                             "largest request --max_batch examples of the model's views and frames make")
     parser.add_argument("--idle_timeout", type=float, default=-1, help="stop after this many idle seconds; -1 never")
     return parser
 
@@ -197,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     log.info("model from %s on %s (statistics %s)", args.ckpt, device, policy.statistics_tag)
-    server = PolicyServer(policy, args.host, args.port, max_message_bytes=int(args.max_message_mb * (1 << 20)),
-                          idle_timeout=args.idle_timeout)
+    limit = int(args.max_message_mb * (1 << 20)) if args.max_message_mb else None
+    server = PolicyServer(policy, args.host, args.port, max_message_bytes=limit, idle_timeout=args.idle_timeout,
+                          token=args.token)
 
     async def serve_until_signal():
         await server.run(on_ready=lambda port: server.install_signal_handlers())

@@ -11,6 +11,8 @@ import msgpack
 import numpy as np
 
 _REFUSED_KINDS = ("O", "V", "c")
+# The shared token, when the server requires one: the server's --token default and our client's.
+TOKEN_ENV = "DIT4DIT_SERVER_TOKEN"
 
 
 def _encode(obj):
@@ -24,13 +26,23 @@ def _encode(obj):
     raise TypeError(f"cannot encode {type(obj).__name__} over the wire")
 
 
+class WireError(ValueError):
+    """A frame that is not msgpack, or whose tagged numpy maps do not describe a value."""
+
+
 def _decode(obj: dict):
-    if b"__ndarray__" in obj:
-        # A read-only view over the received bytes, as in the original: no copy of large images.
-        return np.ndarray(buffer=obj[b"data"], dtype=np.dtype(obj[b"dtype"]), shape=tuple(obj[b"shape"]))
-    if b"__npgeneric__" in obj:
-        return np.dtype(obj[b"dtype"]).type(obj[b"data"])
-    return obj
+    if b"__ndarray__" not in obj and b"__npgeneric__" not in obj:
+        return obj
+    try:
+        dtype = np.dtype(obj[b"dtype"])
+        if dtype.kind in _REFUSED_KINDS:
+            raise TypeError(f"dtype {dtype} is refused (object, void and complex)")
+        if b"__ndarray__" in obj:
+            # A read-only view over the received bytes, as in the original: no copy of large images.
+            return np.ndarray(buffer=obj[b"data"], dtype=dtype, shape=tuple(obj[b"shape"]))
+        return dtype.type(obj[b"data"])
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
+        raise WireError(f"a tagged numpy map does not describe a value: {error}") from None
 
 
 def pack(obj) -> bytes:
@@ -38,4 +50,10 @@ def pack(obj) -> bytes:
 
 
 def unpack(data: bytes):
-    return msgpack.unpackb(data, object_hook=_decode)
+    """The message; WireError for anything that does not decode."""
+    try:
+        return msgpack.unpackb(data, object_hook=_decode)
+    except WireError:
+        raise
+    except Exception as error:  # msgpack raises several unrelated types for undecodable bytes
+        raise WireError(f"not msgpack ({type(error).__name__}: {error})") from None

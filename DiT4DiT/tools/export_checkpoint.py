@@ -7,6 +7,8 @@ original writes. Put it in a run folder (as checkpoints/steps_N_pytorch_model.pt
 beside its config.yaml and dataset_statistics.json) for the original to load.
 
     python -m DiT4DiT.tools.export_checkpoint runs/my_run/final_model/pytorch_model.pt --out exported/full.pt
+
+A run trained with `--trainer.save_full_state_dict true` needs no export: its checkpoints hold every weight.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ def export_full_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: b
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     atomic_write(out, lambda tmp: torch.save(state, tmp))
     return out
+
+
+def original_server_note(cfg, run_dir: str | Path) -> str:
+    """The line training ends with: how the original DiT4DiT's server loads this run's final model."""
+    final = Path(run_dir) / "final_model" / "pytorch_model.pt"
+    if cfg.trainer.save_full_state_dict:
+        return f"{final} holds every weight: the original's server loads it as it is (--ckpt_path {final})"
+    full = final.with_name("full_pytorch_model.pt")
+    return (f"{final} leaves out the frozen modules (they reload from framework.cosmos25.base_model); for the "
+            f"original's server, which loads every weight: python -m DiT4DiT.tools.export_checkpoint {final} --out {full}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -14,6 +15,23 @@ from tqdm import tqdm
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"
+# The original DiT4DiT's wandb names for metrics we name otherwise: wandb carries both, so dashboards built on
+# the original's runs keep working (two extra charts, not a copy of every chart). metrics.jsonl keeps ours.
+ORIGINAL_NAMES = {"action_loss": "action_dit_loss", "eval_action_mse": "mse_score"}
+
+
+def wandb_mode(cfg: DictConfig) -> str:
+    """The config's wandb_mode when set (YAML or command line), else an exported WANDB_MODE, else offline."""
+    return cfg.wandb_mode or os.environ.get("WANDB_MODE") or "offline"
+
+
+def with_original_names(record: dict, future_video_scale: float) -> dict:
+    """`record` plus the original's names: action_dit_loss, mse_score, and future_video_loss_scaled (the video
+    loss as it enters the total)."""
+    extra = {theirs: record[ours] for ours, theirs in ORIGINAL_NAMES.items() if ours in record}
+    if "future_video_loss" in record:
+        extra["future_video_loss_scaled"] = future_video_scale * record["future_video_loss"]
+    return record | extra
 
 
 def as_device_scalar(value, device: torch.device) -> torch.Tensor:
@@ -70,6 +88,7 @@ class MetricsLogger:
         self.window_start = time.perf_counter()
         self.window_samples = 0
         self.wandb_run = None
+        self.future_video_scale = cfg.trainer.loss_scale.future_video
         if "wandb" in self.trackers:
             import wandb  # heavy, and only needed when this tracker is on
 
@@ -79,7 +98,7 @@ class MetricsLogger:
                 name=cfg.run_id,
                 group="vla-train",
                 dir=str(run_dir),
-                mode=cfg.wandb_mode,
+                mode=wandb_mode(cfg),
                 config=OmegaConf.to_container(cfg, resolve=True),
                 resume="allow",
             )
@@ -116,7 +135,8 @@ class MetricsLogger:
             with open(self.run_dir / METRICS_FILE, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+            values = {k: v for k, v in record.items() if k != "step"}
+            self.wandb_run.log(with_original_names(values, self.future_video_scale), step=record["step"])
 
     def close(self) -> None:
         self.bar.close()

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import is_under
+from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.checkpoint import ResumeError
 
@@ -89,7 +90,9 @@ def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) ->
 def check_config_unchanged(cfg: DictConfig, run_dir: Path, saved_processes: int | None, num_processes: int) -> None:
     saved_path = run_dir / "config.yaml"
     allowed = allowed_changes(cfg)
-    changes = config_changes(OmegaConf.load(saved_path), cfg, allowed) if saved_path.is_file() else []
+    # Both as a run folder records them (computed defaults resolved), so a recorded DiT size equals a null one.
+    changes = (config_changes(recorded_config(OmegaConf.load(saved_path)), recorded_config(cfg), allowed)
+               if saved_path.is_file() else [])
     if saved_processes is not None and saved_processes != num_processes:
         changes.append(f"{NUM_PROCESSES}: {saved_processes!r} -> {num_processes!r} (cannot change: each rank's random "
                        "state and optimizer shard are saved; pass --num_processes to match)")

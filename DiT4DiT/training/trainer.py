@@ -26,9 +26,11 @@ from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
 from DiT4DiT.errors import TrainingError
 from DiT4DiT.model.framework import build_framework
+from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
+from DiT4DiT.tools.export_checkpoint import original_server_note
 from DiT4DiT.training import preemption, resume as resumption
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save_config
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve
@@ -89,7 +91,7 @@ class Trainer:
             resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], statistics, is_main)
         elif is_main:
             save_dataset_statistics(train_set.statistics(), statistics)
-            save_config(cfg, self.run_dir / "config.yaml")
+            save_config(recorded_config(cfg), self.run_dir / "config.yaml")
 
         # Model, optimizer, schedule; then the saved optimizer state and RNG, or the schedule fast-forwarded.
         model = build_model(cfg, resume, self.checkpointer.deepspeed)
@@ -153,6 +155,7 @@ class Trainer:
         if self.accelerator.is_main_process:
             plot_loss_curve(self.run_dir)
             log.info("done: %s", self.run_dir)
+            log.info(original_server_note(self.cfg, self.run_dir))
         self.accelerator.wait_for_everyone()
         return self.run_dir
 

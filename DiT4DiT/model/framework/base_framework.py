@@ -1,19 +1,100 @@
-"""`baseframework` at the original's import path: what its deployment and evaluation code call.
+"""`baseframework` at the original's import path, and run folders both ways.
 
 `baseframework.from_pretrained(checkpoint)` builds the framework a run folder's config names and loads the
-checkpoint into it: the original's checkpoints (every weight) as well as ours (frozen modules left out, reloaded
-from `framework.cosmos25.base_model`). The model comes back on the CPU with `norm_stats` attached.
+checkpoint into it: the original's run folders (every weight; a config.yaml that may lack keys the original only
+read in its DataLoader workers, which the checkpoint's shapes then supply) as well as ours (frozen modules left
+out, reloaded from `framework.cosmos25.base_model`). The model comes back on the CPU with `norm_stats` attached.
+
+`recorded_config(cfg)` is the config a run folder records: every value resolved, so the original, which reads a
+null as an override, builds the same model from it.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError, load_config
-from DiT4DiT.model.framework import FRAMEWORK_REGISTRY, share_tools
+from DiT4DiT.facts import DIT_SIZES
+from DiT4DiT.model.framework import build_framework, share_tools
+from DiT4DiT.model.freezing import left_out_of_checkpoints
+from DiT4DiT.model.modules.weights import load_trained_weights
+
+log = logging.getLogger(__name__)
+
+DIT_CFG = "framework.action_model.diffusion_model_cfg"
+# Keys a checkpoint's weight shapes fix: (tensor, dim). The original's config.yaml lacks max_state_dim and
+# max_action_dim when it trained with DataLoader workers (only keys read in the main process are recorded).
+SHAPE_KEYS = {
+    "framework.action_model.action_dim": ("action_model.action_decoder.layer2.weight", 0),
+    "datasets.vla_data.max_action_dim": ("action_model.action_decoder.layer2.weight", 0),
+    "framework.action_model.state_dim": ("action_model.state_encoder.layer1.weight", 1),
+    "datasets.vla_data.max_state_dim": ("action_model.state_encoder.layer1.weight", 1),
+    "framework.action_model.hidden_size": ("action_model.action_decoder.layer1.weight", 0),
+    "framework.action_model.max_seq_len": ("action_model.position_embedding.weight", 0),
+    f"{DIT_CFG}.output_dim": ("action_model.model.proj_out_2.weight", 0),
+    f"{DIT_CFG}.cross_attention_dim": ("action_model.model.transformer_blocks.0.attn1.to_k.weight", 1),
+}
+
+
+class RunFolderError(ConfigError):
+    """A run folder whose config.yaml and checkpoint disagree, or that lacks a key nothing else supplies."""
+
+
+def recorded_config(cfg: DictConfig) -> DictConfig:
+    """`cfg` with every value the model computes from a null resolved (the DiT size: the original merges
+    `diffusion_model_cfg` over the size table, so a null there replaces 12 heads x 64 and fails)."""
+    recorded = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    dit = OmegaConf.select(recorded, DIT_CFG)
+    if dit is not None and dit.get("num_attention_heads") is None:
+        size = OmegaConf.select(recorded, "framework.action_model.action_model_type", default="DiT-B")
+        dit.num_attention_heads, dit.attention_head_dim = DIT_SIZES[size]
+    return recorded
+
+
+def _shapes(checkpoint: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of a weights file, memory-mapped: a full 2B checkpoint is not read for them."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    return {name: tuple(tensor.shape) for name, tensor in state.items()}
+
+
+def run_config_overrides(config_path: Path, checkpoint: Path) -> list[str]:
+    """Dotlist values for the keys config.yaml lacks and the checkpoint's shapes fix; RunFolderError where the
+    two disagree. Logs one line naming what was inferred."""
+    raw = OmegaConf.load(config_path)
+    shapes = _shapes(checkpoint)
+    inferred, contradictions = {}, []
+    for key, (tensor, dim) in SHAPE_KEYS.items():
+        if tensor not in shapes:
+            continue
+        value = shapes[tensor][dim]
+        recorded = OmegaConf.select(raw, key, default=None)
+        if recorded is None:
+            inferred[key] = value
+        elif recorded != value:
+            contradictions.append(f"{config_path} says {key}={recorded} but {checkpoint} has {tensor} of shape "
+                                  f"{list(shapes[tensor])} ({key}={value})")
+    if contradictions:
+        raise RunFolderError("; ".join(contradictions) + ": the checkpoint belongs to another run, or the config was "
+                             "edited; put the checkpoint beside its own config.yaml")
+    if inferred:
+        log.info("%s lacks %s; inferred from %s: %s", config_path, ", ".join(inferred), checkpoint.name,
+                 ", ".join(f"{k}={v}" for k, v in inferred.items()))
+    return [f"{key}={value}" for key, value in inferred.items()]
+
+
+def load_run_config(checkpoint: str | Path) -> DictConfig:
+    """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes."""
+    checkpoint = Path(checkpoint)
+    share_tools.read_mode_config(checkpoint)  # both run files present, or a clear error
+    config_path = checkpoint.parents[1] / "config.yaml"
+    return load_config(config_path, run_config_overrides(config_path, checkpoint))
 
 
 class baseframework:  # noqa: N801 (the original's class name, imported by its clients)
@@ -21,10 +102,19 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
 
     @classmethod
     def from_pretrained(cls, pretrained_checkpoint: str | Path, **ignored_kwargs) -> nn.Module:
-        """The model of `<run_dir>/config.yaml` with `pretrained_checkpoint` loaded (a .pt two levels below)."""
-        share_tools.read_mode_config(pretrained_checkpoint)  # both run files present, or a clear error
-        config = load_config(Path(pretrained_checkpoint).parents[1] / "config.yaml")
-        return _framework_class(config.framework.name).from_pretrained(pretrained_checkpoint)
+        """The model of `<run_dir>/config.yaml` with `pretrained_checkpoint` loaded (a .pt two levels below).
+
+        The config says which modules its checkpoints leave out (they reload from the base snapshot); every
+        other weight must be in the file.
+        """
+        checkpoint = Path(pretrained_checkpoint)
+        config = load_run_config(checkpoint)
+        model = build_framework(config)  # a ConfigError names the registered frameworks if it is not one
+        left_out = tuple(path + "." for path in left_out_of_checkpoints(config))
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        load_trained_weights(model, state, checkpoint, may_be_missing=left_out)
+        model.norm_stats = json.loads((checkpoint.parents[1] / "dataset_statistics.json").read_text())
+        return model
 
     @staticmethod
     def _check_unnorm_key(norm_stats: dict, unnorm_key: str | None) -> str:
@@ -46,11 +136,3 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
         return sorted({".".join(name.split(".")[:max_depth]) for name, parameter in model.named_parameters()
                        if parameter.requires_grad})
 
-
-def _framework_class(name: str) -> type:
-    import DiT4DiT.model.framework.DiT4DiT  # noqa: F401 (importing it registers the DiT4DiT framework)
-
-    if name not in FRAMEWORK_REGISTRY:
-        raise ConfigError(f"framework.name={name!r} is not a registered framework; registered: "
-                          f"{', '.join(sorted(FRAMEWORK_REGISTRY))}")
-    return FRAMEWORK_REGISTRY[name]
