@@ -19,12 +19,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedDataParallelKwargs, DistributedType, broadcast_object_list, gather_object, set_seed
 from omegaconf import DictConfig
 
@@ -37,7 +38,7 @@ from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, modu
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
-from DiT4DiT.training import preemption, resume as resumption, run_dir as run_dirs
+from DiT4DiT.training import heartbeat, preemption, resume as resumption, run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
@@ -66,6 +67,9 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
     # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
     # No buffer needs syncing (they are constants), and the released text encoder's are empty.
     ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
+    # The process group is made here, with our timeout: InitProcessGroupKwargs would drop a value equal to its own
+    # default (600 s, assumed for NCCL), leaving gloo and HCCL at torch's 30 minutes. DeepSpeed's init gets it too.
+    PartialState(timeout=collective_timeout(cfg))
     accelerator = Accelerator(
         gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp]
     )
@@ -79,6 +83,10 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
         ds_config["train_batch_size"] = micro * accumulation * accelerator.num_processes
         ds_config["gradient_clipping"] = cfg.trainer.gradient_clipping
     return accelerator
+
+
+def collective_timeout(cfg: DictConfig) -> timedelta:
+    return timedelta(seconds=cfg.trainer.collective_timeout_s)
 
 
 def is_deepspeed(accelerator: Accelerator) -> bool:
@@ -289,8 +297,10 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
     with contextlib.ExitStack() as cleanup:
         if run.logger is not None:
             cleanup.callback(run.logger.close)
-        stop = preemption.StopSignal().install()
+        stop = preemption.StopSignal().install(collective_timeout(cfg))
         cleanup.callback(stop.uninstall)
+        beat = heartbeat.start_heartbeat(trainer.stall_timeout_s, collective_timeout(cfg))
+        cleanup.callback(beat.stop)
         # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
         # interpreter's exit could not stop them if the iterator were still alive then.
         cleanup.callback(run.batches.close)
@@ -300,6 +310,7 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             model_start = time.perf_counter()
             values = train_step(run, micro_batches, step)
             done = step + 1
+            beat.step = done
             timings = {"data_time": model_start - data_start, "model_time": time.perf_counter() - model_start}
             log_step(run, values, timings, done)
             if run.eval_batch is not None and due(done, trainer.eval_interval, last):
@@ -429,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
         with run_dirs.claimed(accelerator, cfg):
             train(cfg, accelerator)
-    except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted) as stopped:
+    except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted, heartbeat.RankStalled) as stopped:
         print(f"{prefix}{type(stopped).__name__}: {stopped}", file=sys.stderr)
         return stopped.exit_code
     except ConfigError as error:  # the same on every rank: said once
