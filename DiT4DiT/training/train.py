@@ -40,7 +40,7 @@ from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training import heartbeat, preemption, resume as resumption, run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
-from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, as_device_scalar, plot_loss_curve
+from DiT4DiT.training.metrics import DeviceWindow, MetricsFileError, MetricsLogger, as_device_scalar, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.shared_run_dir import check_shared_run_dir
@@ -285,7 +285,7 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     if is_main:
         run.eval_batch = fixed_eval_batch(eval_set, batch_size, cfg.seed) if eval_set is not None else None
         if resume:
-            resumption.trim_metrics(run_dir, run.start_step)
+            trim_metrics(run_dir, run.start_step)
         run.logger = MetricsLogger(cfg, run_dir, run.start_step)
         banner(run, train_set)
     return run
@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
         with run_dirs.claimed(accelerator, cfg):
             train(cfg, accelerator)
-    except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted, heartbeat.RankStalled) as stopped:
+    except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted, heartbeat.RankStalled,
+            MetricsFileError) as stopped:
         print(f"{prefix}{type(stopped).__name__}: {stopped}", file=sys.stderr)
         return stopped.exit_code
     except ConfigError as error:  # the same on every rank: said once
