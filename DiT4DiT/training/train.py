@@ -38,7 +38,7 @@ from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, modu
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
 from DiT4DiT.training import checkpoint as ckpt
-from DiT4DiT.training import heartbeat, preemption, resume as resumption, run_dir as run_dirs
+from DiT4DiT.training import heartbeat, preemption, resources, resume as resumption, run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import DeviceWindow, MetricsFileError, MetricsLogger, as_device_scalar, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
@@ -252,6 +252,8 @@ def build_optimizer(model: torch.nn.Module, trainer_cfg: DictConfig) -> torch.op
 def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     """Data, model, optimizer and schedule, restored from the latest training state when resuming."""
     run_dir, is_main = Path(cfg.output_dir), accelerator.is_main_process
+    for warning in resources.check_resources(cfg, accelerator.num_processes, accelerator.device):
+        log.warning(warning)
     resume = resumption.find_resume(cfg, run_dir, accelerator.process_index, accelerator.num_processes)
     # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
@@ -304,6 +306,7 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
         # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
         # interpreter's exit could not stop them if the iterator were still alive then.
         cleanup.callback(run.batches.close)
+        loop_start = time.perf_counter()
         for step in range(run.start_step, last):
             data_start = time.perf_counter()
             micro_batches = [next(run.batches) for _ in range(trainer.gradient_accumulation_steps)]
@@ -313,6 +316,8 @@ def train(cfg: DictConfig, accelerator: Accelerator) -> Path:
             beat.step = done
             timings = {"data_time": model_start - data_start, "model_time": time.perf_counter() - model_start}
             log_step(run, values, timings, done)
+            if done == run.start_step + 1:
+                log.info(resources.time_to_finish(done, run.start_step, last, time.perf_counter() - loop_start))
             if run.eval_batch is not None and due(done, trainer.eval_interval, last):
                 run.logger.log({"step": done, "eval_action_mse": eval_action_mse(run.unwrapped, run.eval_batch)})
             stopping = stop.agreed() and done < last
@@ -441,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         with run_dirs.claimed(accelerator, cfg):
             train(cfg, accelerator)
     except (run_dirs.RunDirError, resumption.ResumeError, preemption.Preempted, heartbeat.RankStalled,
-            MetricsFileError) as stopped:
+            MetricsFileError, resources.ResourceError) as stopped:
         print(f"{prefix}{type(stopped).__name__}: {stopped}", file=sys.stderr)
         return stopped.exit_code
     except ConfigError as error:  # the same on every rank: said once
