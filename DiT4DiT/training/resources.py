@@ -4,7 +4,7 @@ and, after the first step, how long the run will take.
 Host: every process on this node holds its weights while loading, plus one micro-batch of float32 frames in its
 own hands and `prefetch_factor` more in each data worker. Device: the doctor's estimate (weights, optimizer
 shares, activations; +-30%) against the device's total memory. On a CPU-only host the device estimate is host
-memory too. Over the limit is a ResourceError naming the numbers and the fix, before any data or weights load;
+memory too. Over the limit is a ResourceError naming the numbers and the fix, before the weights load or workers start;
 `trainer.ignore_resource_check` lets an expert start anyway.
 """
 
@@ -32,7 +32,7 @@ WEIGHT_PARTS = ("text_encoder", "transformer", "vae")
 
 
 class ResourceError(DiT4DiTError):
-    """The run would need more memory than this machine has; nothing was loaded yet."""
+    """The run would need more memory than this machine has; no weights were loaded yet."""
 
     exit_code = 2
 

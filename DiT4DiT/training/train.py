@@ -252,8 +252,6 @@ def build_optimizer(model: torch.nn.Module, trainer_cfg: DictConfig) -> torch.op
 def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     """Data, model, optimizer and schedule, restored from the latest training state when resuming."""
     run_dir, is_main = Path(cfg.output_dir), accelerator.is_main_process
-    for warning in resources.check_resources(cfg, accelerator.num_processes, accelerator.device):
-        log.warning(warning)
     resume = resumption.find_resume(cfg, run_dir, accelerator.process_index, accelerator.num_processes)
     # Data and model: the same initial weights on every rank (per-rank randomness is seeded further down).
     set_seed(cfg.seed)
@@ -263,6 +261,8 @@ def set_up(cfg: DictConfig, accelerator: Accelerator) -> Run:
     train_set, eval_set = datasets["train"], datasets.get("eval")
     batch_size = cfg.datasets.vla_data.per_device_batch_size
     batch_order = ResumableBatchOrder(len(train_set), batch_size, accelerator.process_index, accelerator.num_processes, cfg.seed)
+    for warning in resources.check_resources(cfg, accelerator.num_processes, accelerator.device):
+        log.warning(warning)
     if resume:  # the run's statistics stay its statistics
         resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None],
                                          run_dir / "dataset_statistics.json", is_main)
