@@ -94,7 +94,9 @@ def soak_training(workdir: Path, steps: int) -> dict:
                f"--trainer.max_train_steps={steps}", "--trainer.save_interval=1000000", "--trainer.logging_frequency=1",
                f"--trainer.eval_interval={max(steps // 10, 1)}", "--trainer.num_warmup_steps=1"]
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline", OMP_NUM_THREADS="1")
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = workdir / "train.log"  # a file, not a pipe: a pipe nobody reads fills up and blocks the trainer
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     metrics, by_step, fds = workdir / "runs/soak/metrics.jsonl", {}, 0
     began = time.perf_counter()
     while process.poll() is None:
@@ -107,9 +109,8 @@ def soak_training(workdir: Path, steps: int) -> dict:
     samples = sorted(by_step.items())
     if not samples:
         raise SystemExit("no training step was sampled: use a few more --steps")
-    stderr = process.stderr.read()
     if process.returncode:
-        raise SystemExit(f"the soak run failed ({process.returncode}):\n{stderr[-3000:]}")
+        raise SystemExit(f"the soak run failed ({process.returncode}):\n{log.read_text()[-3000:]}")
     return {"steps": steps, "seconds": time.perf_counter() - began, "rss_first_mib": samples[0][1],
             "rss_last_mib": samples[-1][1], "rss_slope_mib_per_1000": slope_per_thousand(samples), "open_fds_end": fds,
             "checkpoint": str(workdir / "runs/soak/final_model/pytorch_model.pt")}
