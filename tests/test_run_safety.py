@@ -177,20 +177,6 @@ def test_keys_an_older_config_lacks_are_not_compared(tmp_path):
     assert resume.config_changes(original, load_config(ROBOTWIN), set()) == []
 
 
-def test_a_cut_off_last_metrics_line_is_dropped_with_a_warning(tmp_path, caplog):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "tot')
-    with caplog.at_level(logging.WARNING):
-        resume.trim_metrics(tmp_path, 2)
-    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
-    assert "dropped its last line, cut off when the run was killed" in caplog.text
-
-
-def test_a_broken_line_in_the_middle_of_metrics_is_an_error(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
-    with pytest.raises(resume.ResumeError, match=r"metrics\.jsonl, line 2: not valid JSON, and not the last line"):
-        resume.trim_metrics(tmp_path, 3)
-
-
 def test_weights_only_resume_picks_the_newest_weights(tmp_path):
     for step in (5, 40, 100):
         (tmp_path / f"steps_{step}_pytorch_model.pt").write_bytes(b"")

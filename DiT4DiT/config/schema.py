@@ -189,6 +189,11 @@ SCHEMA: dict = {
                                          "corrupt gradients with it (off: it is turned off with a warning)"),
         "mixed_precision": Key("bf16", "autocast dtype of every autocast site: bf16, or no (fp32 throughout)",
                                choices=("bf16", "no"), aliases={"false": "no", "fp32": "no"}),
+        "collective_timeout_s": Key(600, "seconds a collective waits for the other ranks before the run fails", min=1),
+        "stall_timeout_s": Key(300, "a rank silent for this long (stopped, dead, cut off) ends the run with exit status "
+                               "76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0),
+        "ignore_resource_check": Key(False, "start even when the memory estimate exceeds what this machine has "
+                                     "(experts: the estimate is conservative)"),
     },
 }
 

@@ -86,8 +86,12 @@ class FrameworkSection:
 class DatasetsVlaDataSection:
     """datasets.vla_data"""
 
-    data_root_dir: str | None  # folder holding the datasets named by the mixture
-    data_mix: str  # named mixture of datasets
+    data_root_dir: str | None  # folder holding the datasets of a named mixture (unused when data_mix is a path)
+    data_mix: str  # named mixture, or a path: a LeRobot dataset folder, a folder of them, or a mixture file (YAML list of {path, weight, data_config})
+    data_config: str  # data config of datasets given by path (a name in DiT4DiT/dataloader/data_configs.py, or auto = the one that fits the dataset's features); named mixtures keep their own
+    views: Literal['auto', 'side_by_side', 'as_frames']  # how several cameras are combined: side_by_side (one wide frame per step), as_frames (each camera's frames as extra steps), auto = each data config's own layout (the original's)
+    mask_padded_actions: bool  # action_mask is false for steps past an episode's end, so the action loss ignores them (the original trains on the repeated last action)
+    statistics: Literal['computed', 'dataset']  # normalisation statistics: computed (exact, over every row) or dataset (the dataset's own meta/stats.json)
     per_device_batch_size: int  # samples per process per micro-step
     video_delta_indices: list[int]  # frame offsets fetched per sample (before subsampling)
     action_video_freq_ratio: int  # keep every n-th fetched frame
@@ -159,6 +163,9 @@ class TrainerSection:
     keep_last_states: int  # training states kept for resume (older ones are deleted)
     allow_unsafe_zero_overlap: bool  # keep ZeRO-1/2 overlap_comm on a DeepSpeed before 0.19.0, which can corrupt gradients with it (off: it is turned off with a warning)
     mixed_precision: Literal['bf16', 'no']  # autocast dtype of every autocast site: bf16, or no (fp32 throughout)
+    collective_timeout_s: int  # seconds a collective waits for the other ranks before the run fails
+    stall_timeout_s: int  # a rank silent for this long (stopped, dead, cut off) ends the run with exit status 76 on every other rank (0 = off; keep it below collective_timeout_s)
+    ignore_resource_check: bool  # start even when the memory estimate exceeds what this machine has (experts: the estimate is conservative)
 
 
 @dataclass(frozen=True)
@@ -167,11 +174,11 @@ class ConfigSections:
 
     run_id: str  # name of the run; the run directory is <run_root_dir>/<run_id>
     run_root_dir: str  # parent folder of run directories
-    seed: int  # base random seed (each process adds its rank)
+    seed: int  # base random seed (each process adds its rank); 3047 when a YAML sets none, as in the original
     trackers: list[str]  # metric sinks: any of jsonl, wandb
     wandb_entity: str | None  # wandb entity (team or user)
     wandb_project: str  # wandb project
-    wandb_mode: Literal['offline', 'online', 'disabled']  # wandb mode: offline, online or disabled
+    wandb_mode: Literal['offline', 'online', 'disabled'] | None  # wandb mode: offline, online or disabled (unset: $WANDB_MODE when exported, else offline)
     output_dir: str | None  # <run_root_dir>/<run_id>, derived when the config loads; setting it has no effect
     framework: FrameworkSection
     datasets: DatasetsSection

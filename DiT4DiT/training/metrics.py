@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import logging
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -12,6 +13,11 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
+
+from DiT4DiT.atomic_files import atomic_write
+from DiT4DiT.errors import DiT4DiTError
+
+log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"
@@ -32,6 +38,16 @@ def with_original_names(record: dict, future_video_scale: float) -> dict:
     if "future_video_loss" in record:
         extra["future_video_loss_scaled"] = future_video_scale * record["future_video_loss"]
     return record | extra
+
+
+# Keys of the record written once the loop is over, after the last save: a resume from that save writes it again.
+CLOSING_KEYS = ("replica_weight_checksums",)
+
+
+class MetricsFileError(DiT4DiTError):
+    """metrics.jsonl is damaged where no kill can have damaged it; resuming would mix good and bad records."""
+
+    exit_code = 2
 
 
 def as_device_scalar(value, device: torch.device) -> torch.Tensor:
@@ -149,6 +165,26 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def trim_metrics(run_dir: Path, step: int) -> None:
+    """On resume from `step`: keep each step's records once. Drops every record the resumed run writes again (those
+    after `step`, and the closing record), and a last line cut off by a kill (with a warning); replaced atomically."""
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number != len(lines):
+                raise MetricsFileError(f"{path}, line {number}: not valid JSON, and not the last line (which a kill "
+                                       "can cut off); repair or remove the line, then resume again") from None
+            log.warning("%s: dropped its last line, cut off when the run was killed: %r", path, line[:80])
+    kept = [r for r in records if r.get("step", 0) <= step and not any(key in r for key in CLOSING_KEYS)]
+    atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in kept)))
 
 
 def plot_loss_curve(run_dir: Path) -> Path | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -52,10 +53,11 @@ class StopSignal:
         self._previous = {}
         self._distributed = False
 
-    def install(self) -> StopSignal:
+    def install(self, timeout: timedelta | None = None) -> StopSignal:
+        """`timeout`: how long a vote may wait for the other ranks (torch's default for a new gloo group is 30 min)."""
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # Its own gloo group keeps the vote on the host whatever backend the default group uses (HCCL, NCCL).
-            self._group = dist.new_group(backend="gloo")
+            self._group = dist.new_group(backend="gloo", timeout=timeout)
             self._distributed = True
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)

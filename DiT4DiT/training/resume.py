@@ -133,22 +133,3 @@ def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
             dataset.normalizers[tag] = tuple(
                 Normalizer(saved[tag][part].get("normalization", normalizer.modes.tolist()), saved[tag][part])
                 for part, normalizer in zip(("state", "action"), current))
-
-
-def trim_metrics(run_dir: Path, step: int) -> None:
-    """Drop records written after the state we resume from, and a last line cut off by a kill (with a warning)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number != len(lines):
-                raise ResumeError(f"{path}, line {number}: not valid JSON, and not the last line (which a kill can "
-                                  "cut off); repair or remove the line") from None
-            log.warning("%s: dropped its last line, cut off when the run was killed: %r", path, line[:80])
-    kept = [r for r in records if r.get("step", 0) <= step]
-    ckpt.write_text(path, "".join(json.dumps(r) + "\n" for r in kept))

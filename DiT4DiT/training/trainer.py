@@ -11,11 +11,12 @@ import logging
 import resource
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set_seed
 from omegaconf import DictConfig
 
@@ -31,9 +32,9 @@ from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, modu
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.tools.export_checkpoint import original_server_note
-from DiT4DiT.training import preemption, resume as resumption
+from DiT4DiT.training import heartbeat, preemption, resources, resume as resumption
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save_config
-from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve
+from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
 from DiT4DiT.training.zero_safety import make_overlap_safe
@@ -46,6 +47,9 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
     # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
     # No buffer needs syncing (they are constants), and the released text encoder's are empty.
     ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
+    # The process group is made here, with our timeout: InitProcessGroupKwargs would drop a value equal to its own
+    # default (600 s, assumed for NCCL), leaving gloo and HCCL at torch's 30 minutes. DeepSpeed's init gets it too.
+    PartialState(timeout=collective_timeout(cfg))
     accelerator = Accelerator(gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp])
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         # No dataloader goes through accelerator.prepare (we shard batches ourselves for exact resume), so
@@ -58,6 +62,10 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
         ds_config["gradient_clipping"] = cfg.trainer.gradient_clipping
         make_overlap_safe(ds_config, cfg.trainer.allow_unsafe_zero_overlap)
     return accelerator
+
+
+def collective_timeout(cfg: DictConfig) -> timedelta:
+    return timedelta(seconds=cfg.trainer.collective_timeout_s)
 
 
 class Trainer:
@@ -86,6 +94,8 @@ class Trainer:
             datasets = build_vla_datasets(cfg, ("train", "eval") if has_action_head(cfg) else ("train",))
         train_set, eval_set = datasets["train"], datasets.get("eval")
         self.batch_order = ResumableBatchOrder(len(train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)
+        for warning in resources.check_resources(cfg, world, accelerator.device):  # ResourceError when it cannot fit
+            log.warning(warning)
         statistics = self.run_dir / "dataset_statistics.json"
         if resume:  # the run's statistics stay its statistics
             resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], statistics, is_main)
@@ -116,7 +126,7 @@ class Trainer:
             if eval_set is not None:
                 self.eval_batch = fixed_eval_batch(eval_set, data_cfg.per_device_batch_size, cfg.seed)
             if resume:
-                resumption.trim_metrics(self.run_dir, self.start_step)
+                trim_metrics(self.run_dir, self.start_step)
             self.logger = MetricsLogger(cfg, self.run_dir, self.start_step)
             self.banner(len(train_set))
 
@@ -129,11 +139,14 @@ class Trainer:
         with contextlib.ExitStack() as cleanup:
             if self.logger is not None:
                 cleanup.callback(self.logger.close)
-            stop = preemption.StopSignal().install()
+            stop = preemption.StopSignal().install(collective_timeout(self.cfg))
             cleanup.callback(stop.uninstall)
+            beat = heartbeat.start_heartbeat(settings.stall_timeout_s, collective_timeout(self.cfg))
+            cleanup.callback(beat.stop)
             # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
             # interpreter's exit could not stop them if the iterator were still alive then.
             cleanup.callback(self.batches.close)
+            loop_start = time.perf_counter()
             for step in range(self.start_step, last):
                 data_start = time.perf_counter()
                 micro_batches = [next(self.batches) for _ in range(settings.gradient_accumulation_steps)]
@@ -142,8 +155,11 @@ class Trainer:
                                          scheduler=self.scheduler, accelerator=self.accelerator, cfg=self.cfg,
                                          batch_order=self.batch_order)
                 done = step + 1
+                beat.step = done
                 self.log_step(values, {"data_time": model_start - data_start,
                                        "model_time": time.perf_counter() - model_start}, done)
+                if done == self.start_step + 1:
+                    log.info(resources.time_to_finish(done, self.start_step, last, time.perf_counter() - loop_start))
                 if self.eval_batch is not None and due(done, settings.eval_interval, last):
                     self.logger.log({"step": done, "eval_action_mse": eval_action_mse(self.unwrapped, self.eval_batch)})
                 stopping = stop.agreed() and done < last

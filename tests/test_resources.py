@@ -1,0 +1,44 @@
+"""Resources checked at start-up: a config that cannot fit is refused with the numbers, an expert may override,
+too many workers for the cores is a warning; the time-to-finish line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from DiT4DiT.config.schema import load_config
+from DiT4DiT.training.resources import ResourceError, check_resources, time_to_finish, usable_cores
+
+TINY = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+
+
+def tiny(pipeline, *overrides):
+    return load_config(TINY, [f"framework.cosmos25.base_model={pipeline}", *overrides])
+
+
+def test_frames_no_machine_can_hold_are_refused_with_the_numbers(tiny_pipeline_dir):
+    cfg = tiny(tiny_pipeline_dir, "datasets.vla_data.image_size=16384", "datasets.vla_data.num_workers=2")
+    with pytest.raises(ResourceError) as refused:
+        check_resources(cfg, 1, torch.device("cpu"))
+    message = str(refused.value)
+    assert "host memory: need ~1 process(es) x (" in message
+    assert "2 workers x 2 prefetched" in message and "GiB available" in message
+    assert "--trainer.ignore_resource_check true" in message and refused.value.exit_code == 2
+
+
+def test_an_expert_may_start_anyway(tiny_pipeline_dir):
+    cfg = tiny(tiny_pipeline_dir, "datasets.vla_data.image_size=16384", "trainer.ignore_resource_check=true")
+    warnings = check_resources(cfg, 1, torch.device("cpu"))
+    assert any("host memory" in w and "starting anyway" in w for w in warnings)
+
+
+def test_the_tiny_run_fits_and_more_workers_than_cores_is_a_warning(tiny_pipeline_dir):
+    assert check_resources(tiny(tiny_pipeline_dir, "datasets.vla_data.num_workers=0"), 1, torch.device("cpu")) == []
+    cores = usable_cores()
+    warnings = check_resources(tiny(tiny_pipeline_dir, f"datasets.vla_data.num_workers={cores + 1}"), 1, torch.device("cpu"))
+    assert len(warnings) == 1 and f"{cores + 1} data workers for {cores} cores" in warnings[0]
+
+
+def test_the_first_step_says_how_long_the_run_takes():
+    assert time_to_finish(11, 10, 100_010, 2.5) == ("step 11 of 100010 took 2.50 s: the 99999 steps left take about "
+                                                   "69 h 26 min at this pace")
