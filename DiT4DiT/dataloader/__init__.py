@@ -1,9 +1,17 @@
 """Data pipeline: GR00T-flavoured LeRobot v2.x datasets → mixture samples in the original's example-dict format."""
 
-from DiT4DiT.dataloader.build import build_vla_dataset, build_vla_datasets
-from DiT4DiT.dataloader.dataset import MixtureDataset, collate_fn
-from DiT4DiT.dataloader.errors import DataError
-from DiT4DiT.dataloader.statistics import save_dataset_statistics
-from DiT4DiT.dataloader.transforms import Normalizer
+import importlib
 
-__all__ = ["DataError", "MixtureDataset", "Normalizer", "build_vla_dataset", "build_vla_datasets", "collate_fn", "save_dataset_statistics"]
+# Loaded on first use, so the torch-free parts (data configs, transforms, the tiny-dataset writer) import in the
+# simulator environments, which have no torch.
+_EXPORTS = {"build_vla_dataset": "build", "build_vla_datasets": "build", "MixtureDataset": "dataset",
+            "collate_fn": "dataset", "DataError": "errors", "save_dataset_statistics": "statistics",
+            "Normalizer": "transforms"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

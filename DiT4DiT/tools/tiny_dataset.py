@@ -326,12 +326,19 @@ def write_dataset(folder: Path, robot: Robot, instruction: str, task_position: i
     """One dataset folder (written in place; the caller moves it into position)."""
     content = make_episodes(robot, task_position, seed=seed, episodes=episodes, frames=frames, height=height,
                             width=width)
+    write_content(folder, robot, content, instruction, fps=fps, height=height, width=width, gop=gop, codec=codec,
+                  version=version)
+
+
+def write_content(folder: Path, robot: Robot, content: list[Episode], instruction: str, *, fps: int, height: int,
+                  width: int, gop: int, codec: str, version: str) -> None:
+    """Episodes (generated here or recorded elsewhere, e.g. in a simulator) as one dataset folder, written in place."""
     meta = folder / "meta"
     meta.mkdir(parents=True, exist_ok=True)
     writer = write_v3 if version == "v3.0" else write_v2
     writer(folder, robot, content, instruction, fps=fps, gop=gop, codec=codec)
     total = sum(len(ep.state) for ep in content)
-    (meta / "info.json").write_text(json.dumps(info(robot, version, episodes, total, fps, height, width, codec),
+    (meta / "info.json").write_text(json.dumps(info(robot, version, len(content), total, fps, height, width, codec),
                                                indent=4))
     (meta / "modality.json").write_text(json.dumps(modality(robot), indent=4))
 
