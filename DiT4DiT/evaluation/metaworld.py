@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +105,8 @@ class Scene:
         env.model.vis.quality.shadowsize = 0
         env.model.vis.quality.offsamples = 0
         self.env = env
+        # The experts' gains exceed the action range on purpose; the clip below is what the env would do.
+        warnings.filterwarnings("ignore", message="Constant.*may be too high", category=UserWarning)
         self.expert = ENV_POLICY_MAP[task]()
         try:
             self.renderer = mujoco.Renderer(env.model, image_size, image_size)
@@ -320,7 +323,7 @@ def connect(server: str, wait_s: float):
 
 
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
-             blank_images: bool = False, image_size: int | None = None, seed: int = 1000, max_steps: int = 150,
+             blank_images: bool = False, image_size: int = 64, seed: int = 1000, max_steps: int = 150,
              videos: int = 3, wait_s: float = 10.0) -> dict:
     """Run the episodes; write summary.json, the adapters' result files, outcomes.png and frames.png into out."""
     from DiT4DiT.evaluation.closed_loop_report import plot_outcomes, write_frame_strip, write_summary
@@ -334,12 +337,11 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
             raise UnknownTask("evaluate needs --server HOST:PORT, or --policy zero|random for a baseline")
         client = connect(server, wait_s)
         policy = ServerPolicy(client, blank_images)
-        size = policy.size
     else:
         policy = ZeroPolicy() if policy_name == "zero" else RandomPolicy(seed)
-        size = image_size or 64
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    size = image_size
     scene = Scene(task, size)
     outcomes, lengths, strips, started = [], [], [], time.monotonic()
     try:
@@ -387,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--server", help="HOST:PORT of `python -m DiT4DiT.serving.server`")
     e.add_argument("--policy", default="server", choices=("server", "zero", "random"))
     e.add_argument("--blank_images", action="store_true", help="send black frames (does the model use its cameras?)")
-    e.add_argument("--image_size", type=int, default=None, help="camera resolution for baselines (served: the model's)")
+    e.add_argument("--image_size", type=int, default=64,
+                   help="camera resolution, as collected (views are resized to the served model's image_size)")
     e.add_argument("--seed", type=int, default=1000, help="episode i uses seed SEED + i (collect uses 0..)")
     e.add_argument("--max_steps", type=int, default=150, help="steps before an episode counts as a failure")
     e.add_argument("--videos", type=int, default=3, help="episodes shown in frames.png")
