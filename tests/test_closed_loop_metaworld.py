@@ -33,6 +33,10 @@ def metaworld(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -125,13 +129,15 @@ def test_an_unknown_task_and_a_missing_server_are_one_line_errors(sim_env, tmp_p
     unknown = metaworld("evaluate", "--policy", "zero", "--task", "handle-pres-v3", "--episodes", "1",
                         "--out", str(tmp_path))
     assert unknown.returncode == 2
-    assert unknown.stderr.strip().count("\n") == 0 and "'handle-pres-v3'" in unknown.stderr
+    assert len(error_lines(unknown)) == 1 and "'handle-pres-v3'" in error_lines(unknown)[0]
+    assert unknown.stderr.strip().splitlines() == error_lines(unknown)  # nothing else: no traceback
     assert "handle-press-v3" in unknown.stderr  # the closest name
     port = free_port()
     down = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "1", "--task", TASK, "--episodes", "1",
                      "--out", str(tmp_path))
     assert down.returncode == 1
-    assert down.stderr.strip().count("\n") == 0 and f"no policy server at 127.0.0.1:{port}" in down.stderr
+    assert len(error_lines(down)) == 1 and f"no policy server at ws://127.0.0.1:{port}" in error_lines(down)[0]
+    assert down.stderr.strip().splitlines()[-1] == error_lines(down)[0]
     assert not (tmp_path / "summary.json").exists()
 
 

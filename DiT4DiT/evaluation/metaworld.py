@@ -50,7 +50,9 @@ ENV_ACTION_DIM = 4  # dx, dy, dz, grip
 DATASET_FPS = 20
 
 
-class UnknownTask(DiT4DiTError):
+class BadArgument(DiT4DiTError):
+    """A task name or setting that cannot work; the message names it and what to use instead."""
+
     exit_code = 2
 
 
@@ -92,7 +94,7 @@ class Scene:
 
         if task not in ALL_V3_ENVIRONMENTS:
             close = difflib.get_close_matches(task, list(ALL_V3_ENVIRONMENTS), n=3)
-            raise UnknownTask(f"--task {task!r} is not a Meta-World v3 task; closest: {', '.join(close) or 'none'} "
+            raise BadArgument(f"--task {task!r} is not a Meta-World v3 task; closest: {', '.join(close) or 'none'} "
                               f"(all {len(ALL_V3_ENVIRONMENTS)}: python -m DiT4DiT.evaluation.metaworld tasks)")
         self.task = task
         env = ALL_V3_ENVIRONMENTS[task]()
@@ -185,11 +187,11 @@ def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: 
     from DiT4DiT.tools import tiny_dataset
 
     if episodes < 1:
-        raise UnknownTask(f"--episodes {episodes}: collect at least 1 episode")
+        raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
     if version not in tiny_dataset.LAYOUTS:
-        raise UnknownTask(f"--lerobot_version {version}: write one of {sorted(tiny_dataset.LAYOUTS)}")
+        raise BadArgument(f"--lerobot_version {version}: write one of {sorted(tiny_dataset.LAYOUTS)}")
     if image_size % 2 or image_size < 16:
-        raise UnknownTask(f"--image_size {image_size}: videos need an even size of at least 16")
+        raise BadArgument(f"--image_size {image_size}: videos need an even size of at least 16")
     target = Path(out) / DATASET_FOLDER
     if target.exists() and not overwrite:
         raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
@@ -314,12 +316,13 @@ def connect(server: str, wait_s: float):
 
     host, _, port = server.rpartition(":")
     if not host or not port.isdigit():
-        raise UnknownTask(f"--server {server!r}: give HOST:PORT, e.g. 127.0.0.1:10093")
+        raise BadArgument(f"--server {server!r}: give HOST:PORT, e.g. 127.0.0.1:10093")
     try:
         return PolicyClient(host, int(port), wait_s=wait_s, retry_s=min(1.0, wait_s))
     except (TimeoutError, OSError) as error:
-        raise SimulatorError(f"no policy server at {server} ({error}); start one with "
-                             "`python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt`")
+        reason = str(error) if isinstance(error, TimeoutError) else f"cannot reach the policy server at {server} ({error})"
+        raise SimulatorError(f"{reason}; start one with "
+                             "`python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt`") from None
 
 
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
@@ -330,11 +333,11 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     from DiT4DiT.evaluation.summary import summarize, write_task_result
 
     if episodes < 1:
-        raise UnknownTask(f"--episodes {episodes}: evaluate at least 1 episode")
+        raise BadArgument(f"--episodes {episodes}: evaluate at least 1 episode")
     client = None
     if policy_name == "server":
         if server is None:
-            raise UnknownTask("evaluate needs --server HOST:PORT, or --policy zero|random for a baseline")
+            raise BadArgument("evaluate needs --server HOST:PORT, or --policy zero|random for a baseline")
         client = connect(server, wait_s)
         policy = ServerPolicy(client, blank_images)
     else:
@@ -398,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("tasks", help="list the Meta-World v3 tasks")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL logs at INFO that an optional module is absent
     try:
         if args.command == "tasks":
             print("\n".join(task_names()))
