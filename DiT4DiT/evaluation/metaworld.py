@@ -231,6 +231,7 @@ class ZeroPolicy:
 
     requests: int = 0
     latencies_s: list[float] = field(default_factory=list)
+    sees: bool = False  # whether act() looks at the views: rendering is most of a step's cost
 
     def reset(self) -> None:
         pass
@@ -259,7 +260,7 @@ class ServerPolicy(ZeroPolicy):
     def __init__(self, client, blank_images: bool = False):
         from DiT4DiT.evaluation.observations import StateEncoder
 
-        super().__init__()
+        super().__init__(sees=True)
         self.client = client
         meta = client.metadata
         self.size, self.chunk = int(meta["image_size"]), int(meta["action_chunk"])
@@ -303,7 +304,7 @@ def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bo
     instruction = instruction_of(scene.task)
     frames = []
     for step in range(1, max_steps + 1):
-        views = scene.views()
+        views = scene.views() if policy.sees or keep_frames else None
         if keep_frames:
             frames.append(views[0])
         if scene.step(policy.act(views, scene.state(), instruction)):
