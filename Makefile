@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-patched bench
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-patched bench sim-env sim-system-packages
 
 venv: $(VENV)/.installed
 
@@ -52,3 +52,27 @@ bench: tiny-assets
 	PYTHONPATH=. $(PY) bench/bench_data.py
 	PYTHONPATH=. $(PY) bench/bench_train.py
 	PYTHONPATH=. $(PY) bench/bench_serving.py
+
+# Meta-World's own environment (docs/closed-loop.md): the simulator and our client, no torch; its pins (mujoco 3.3,
+# numpy 2) never meet the training environment's. Headless rendering needs EGL or OSMesa from the system.
+SIM_VENV := .venv-metaworld
+SIM_DEBS := libegl1 libgl1-mesa-dri libosmesa6
+
+sim-env: $(SIM_VENV)/.installed
+
+$(SIM_VENV)/.installed: requirements-metaworld.txt
+	$(MAKE) sim-system-packages
+	$(PYTHON) -m venv $(SIM_VENV)
+	$(SIM_VENV)/bin/pip install -q -r requirements-metaworld.txt
+	touch $@
+
+# Installs the rendering libraries where it can (root with apt-get); elsewhere it names them and goes on, since
+# either EGL or OSMesa is enough.
+sim-system-packages:
+	@missing=$$(for p in $(SIM_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q --no-install-recommends $$missing >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $$missing >/dev/null; } || \
+		echo "warning: could not install $$missing; headless rendering needs EGL (libegl1) or OSMesa (libosmesa6)"; \
+	else echo "warning: install $$missing (Debian) for headless rendering: sudo apt-get install $$missing"; fi

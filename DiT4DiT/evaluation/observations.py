@@ -29,6 +29,7 @@ class StateEncoder:
         if raw.size != self.width:
             raise ValueError(f"the robot state has {raw.size} values but the run's statistics describe {self.width}; "
                              "send the state keys the model was trained on, in the data config's order")
+        encoded = self.normalizer.normalize(raw)  # sin/cos keys encode one raw value as two
         out = np.zeros((1, self.state_dim), dtype=np.float32)
-        out[0, : self.width] = self.normalizer.normalize(raw)
+        out[0, : encoded.size] = encoded
         return out

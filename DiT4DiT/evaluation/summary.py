@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -19,13 +20,30 @@ RESULT_SUFFIX = ".result.json"
 SUMMARY_NAME = "success_rate_summary"
 
 
+def wilson_interval(successes: int, episodes: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate; unlike the normal approximation it stays inside [0, 1] and
+    is not empty at 0 or N successes out of N."""
+    if episodes == 0:
+        return 0.0, 1.0
+    p = successes / episodes
+    centre = (p + z * z / (2 * episodes)) / (1 + z * z / episodes)
+    half = z * math.sqrt(p * (1 - p) / episodes + z * z / (4 * episodes * episodes)) / (1 + z * z / episodes)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def task_result(suite: str, task: str, successes: list[bool]) -> dict:
+    """The outcomes of one task's episodes, their rate and its 95% interval."""
+    won = int(sum(successes))
+    return {"suite": suite, "task": task, "episodes": len(successes), "successes": won,
+            "success_rate": won / max(len(successes), 1), "ci95": list(wilson_interval(won, len(successes))),
+            "outcomes": [bool(s) for s in successes]}
+
+
 def write_task_result(out_dir: Path, suite: str, task: str, successes: list[bool]) -> Path:
     """<out_dir>/<suite>__<task>.result.json with the episode outcomes and their rate."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{suite}__{task}")
     path = Path(out_dir) / f"{safe}{RESULT_SUFFIX}"
-    write_json_atomic(path, {"suite": suite, "task": task, "episodes": len(successes),
-                             "successes": int(sum(successes)), "success_rate": sum(successes) / max(len(successes), 1),
-                             "outcomes": [bool(s) for s in successes]})
+    write_json_atomic(path, task_result(suite, task, successes))
     return path
 
 

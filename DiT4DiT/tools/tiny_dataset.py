@@ -362,12 +362,18 @@ def write_dataset(folder: Path, robot: Robot, instruction: str, task_position: i
     """One dataset folder (written in place; the caller moves it into position)."""
     content = make_episodes(robot, task_position, seed=seed, episodes=episodes, frames=frames, height=height,
                             width=width)
+    write_content(folder, robot, content, instruction, height=height, width=width, storage=storage)
+
+
+def write_content(folder: Path, robot: Robot, content: list[Episode], instruction: str, *, height: int, width: int,
+                  storage: Storage) -> None:
+    """Episodes (generated here or recorded elsewhere, e.g. in a simulator) as one dataset folder, written in place."""
     meta = folder / "meta"
     meta.mkdir(parents=True, exist_ok=True)
     writer = write_v3 if storage.version == "v3.0" else write_v2
     writer(folder, robot, content, instruction, storage)
     total = sum(len(ep.state) for ep in content)
-    (meta / "info.json").write_text(json.dumps(info(robot, storage.version, episodes, total, storage.fps, height,
+    (meta / "info.json").write_text(json.dumps(info(robot, storage.version, len(content), total, storage.fps, height,
                                                     width, storage.codec, storage.images), indent=4))
     if storage.modality:
         (meta / "modality.json").write_text(json.dumps(modality(robot), indent=4))

@@ -1,0 +1,429 @@
+"""Meta-World in closed loop: scripted-expert demonstrations as a LeRobot dataset, success rates through the server.
+
+    python -m DiT4DiT.evaluation.metaworld collect --task handle-press-v3 --episodes 50 --out DATA_ROOT
+    python -m DiT4DiT.evaluation.metaworld evaluate --server 127.0.0.1:10093 --task handle-press-v3 --episodes 50 --out DIR
+    python -m DiT4DiT.evaluation.metaworld evaluate --policy zero --task handle-press-v3 --episodes 50 --out DIR
+
+Runs in `.venv-metaworld` (`make sim-env`; no torch there) and renders headless (MUJOCO_GL=egl, else osmesa).
+The dataset goes to DATA_ROOT/LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot, the folder the built-in
+`multi_robot` mixture reads with the `libero_franka` data config, in this layout (one value per key):
+  state  x y z        hand position (m)
+         roll pitch yaw   position of the task's first object (m): Meta-World's hand does not rotate
+         pad          0
+         gripper      finger opening, 0 (closed) .. 1 (open)
+  action x y z        hand displacement, -1..1 (times 1 cm per step)
+         roll pitch yaw   0
+         gripper      grip effort, -1 (open) .. 1 (close)
+  video  primary_image = camera "corner" (turned upright), wrist_image = camera "gripperPOV"
+The goal position is never in the state: on tasks such as reach-v3 only the cameras show it.
+Episode i of a run uses seed --seed + i: collect's default seeds (0..) and evaluate's (1000..) never meet, so an
+evaluation runs on configurations the demonstrations never showed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes.util
+import difflib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from DiT4DiT.errors import DiT4DiTError
+
+log = logging.getLogger("dit4dit.metaworld")
+
+SUITE = "metaworld"
+DATA_CONFIG = "libero_franka"
+DATA_MIX = "multi_robot"
+DATASET_FOLDER = "LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot"
+CAMERAS = {"primary_image": "corner", "wrist_image": "gripperPOV"}  # dataset camera -> Meta-World camera
+ENV_ACTION_DIM = 4  # dx, dy, dz, grip
+DATASET_FPS = 20
+
+
+class BadArgument(DiT4DiTError):
+    """A task name or setting that cannot work; the message names it and what to use instead."""
+
+    exit_code = 2
+
+
+class SimulatorError(DiT4DiTError):
+    """The simulator or the policy server cannot be used as asked."""
+
+
+def select_gl_backend() -> str:
+    """MUJOCO_GL for headless rendering, read by mujoco when it is imported: the user's, else EGL, else OSMesa."""
+    if "MUJOCO_GL" not in os.environ:
+        os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
+    if os.environ["MUJOCO_GL"] == "osmesa":
+        os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    return os.environ["MUJOCO_GL"]
+
+
+def task_names() -> list[str]:
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+
+    return list(ALL_V3_ENVIRONMENTS)
+
+
+def instruction_of(task: str) -> str:
+    """The task's instruction: its name in words ("handle-press-v3" -> "handle press")."""
+    return task.rsplit("-v", 1)[0].replace("-", " ")
+
+
+class Scene:
+    """One Meta-World task with the goal observable (its scripted expert needs it), rendered by two cameras.
+
+    `reset(seed)` draws the configuration from that seed alone, so a seed names one configuration.
+    """
+
+    def __init__(self, task: str, image_size: int):
+        select_gl_backend()
+        import mujoco
+        from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+        from metaworld.policies import ENV_POLICY_MAP
+
+        if task not in ALL_V3_ENVIRONMENTS:
+            close = difflib.get_close_matches(task, list(ALL_V3_ENVIRONMENTS), n=3)
+            raise BadArgument(f"--task {task!r} is not a Meta-World v3 task; closest: {', '.join(close) or 'none'} "
+                              f"(all {len(ALL_V3_ENVIRONMENTS)}: python -m DiT4DiT.evaluation.metaworld tasks)")
+        self.task = task
+        env = ALL_V3_ENVIRONMENTS[task]()
+        # What metaworld's goal-observable classes set up, without their fixed configuration.
+        env._partially_observable = False
+        del env.sawyer_observation_space  # a cached bound that would clip the goal to zero
+        env._freeze_rand_vec = False
+        env._set_task_called = True
+        # Software GL spends most of a frame on shadows and multisampling; the policy does not need them.
+        env.model.vis.quality.shadowsize = 0
+        env.model.vis.quality.offsamples = 0
+        self.env = env
+        # The experts' gains exceed the action range on purpose; the clip below is what the env would do.
+        warnings.filterwarnings("ignore", message="Constant.*may be too high", category=UserWarning)
+        self.expert = ENV_POLICY_MAP[task]()
+        try:
+            self.renderer = mujoco.Renderer(env.model, image_size, image_size)
+        except Exception as error:  # mujoco reports a missing GL as several exception types
+            raise SimulatorError(f"cannot render with MUJOCO_GL={os.environ['MUJOCO_GL']} ({error}); install libegl1 "
+                                 "or libosmesa6 (make sim-env names them), or set MUJOCO_GL") from None
+        for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
+            self.renderer.scene.flags[flag] = False
+        self.max_path_length = int(env.max_path_length)
+        self.obs: np.ndarray | None = None
+
+    def reset(self, seed: int) -> None:
+        self.env.seed(seed)
+        self.obs, _ = self.env.reset()
+
+    def state(self) -> np.ndarray:
+        """(8,) in the dataset's state layout (module docstring)."""
+        o = self.obs
+        return np.array([*o[0:3], *o[4:7], 0.0, o[3]], dtype=np.float32)
+
+    def views(self) -> list[np.ndarray]:
+        """[primary, wrist] (S, S, 3) uint8."""
+        frames = []
+        for camera in CAMERAS.values():
+            self.renderer.update_scene(self.env.data, camera=camera)
+            frame = self.renderer.render()
+            frames.append(np.ascontiguousarray(frame[::-1, ::-1]) if camera == "corner" else frame.copy())
+        return frames
+
+    def expert_action(self) -> np.ndarray:
+        return np.clip(self.expert.get_action(self.obs), -1.0, 1.0).astype(np.float32)
+
+    def step(self, action: np.ndarray) -> bool:
+        """Apply a (4,) env action; True once the task succeeded."""
+        self.obs, _, _, _, info = self.env.step(np.asarray(action, dtype=np.float32))
+        return bool(info["success"])
+
+    def close(self) -> None:
+        self.renderer.close()  # before interpreter exit: EGL refuses to free a context late
+        self.env.close()
+
+
+def dataset_action(env_action: np.ndarray) -> np.ndarray:
+    """(4,) env action -> (7,) dataset action: x y z, three zero rotations, gripper."""
+    return np.array([*env_action[:3], 0.0, 0.0, 0.0, env_action[3]], dtype=np.float32)
+
+
+def env_action(dataset_row: np.ndarray) -> np.ndarray:
+    """(7,) action in the dataset's layout (robot units) -> (4,) env action, clipped to the env's range."""
+    row = np.asarray(dataset_row, dtype=np.float64)
+    return np.clip(np.array([row[0], row[1], row[2], row[6]]), -1.0, 1.0).astype(np.float32)
+
+
+# -- collect ---------------------------------------------------------------------------------------------------
+
+def expert_episode(scene: Scene, seed: int, max_steps: int):
+    """(states, actions, {camera: frames}) of one expert run, or None when it does not succeed in max_steps."""
+    from DiT4DiT.tools.tiny_dataset import Episode
+
+    scene.reset(seed)
+    states, actions, frames = [], [], {name: [] for name in CAMERAS}
+    for _ in range(max_steps):
+        action = scene.expert_action()
+        states.append(scene.state())
+        actions.append(dataset_action(action))
+        for name, view in zip(CAMERAS, scene.views()):
+            frames[name].append(view)
+        if scene.step(action):
+            return Episode(np.stack(states), np.stack(actions), {k: np.stack(v) for k, v in frames.items()})
+    return None
+
+
+def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: int = 0, max_steps: int = 300,
+            version: str = "v2.1", overwrite: bool = False) -> Path:
+    """Write `episodes` successful expert episodes under out/DATASET_FOLDER; returns that folder."""
+    from DiT4DiT.tools import tiny_dataset
+
+    if episodes < 1:
+        raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
+    if version not in tiny_dataset.LAYOUTS:
+        raise BadArgument(f"--lerobot_version {version}: write one of {sorted(tiny_dataset.LAYOUTS)}")
+    if image_size % 2 or image_size < 16:
+        raise BadArgument(f"--image_size {image_size}: videos need an even size of at least 16")
+    target = Path(out) / DATASET_FOLDER
+    if target.exists() and not overwrite:
+        raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
+    scene = Scene(task, image_size)
+    content, attempts, started = [], 0, time.monotonic()
+    try:
+        while len(content) < episodes:
+            if attempts >= 2 * episodes + 10:
+                raise SimulatorError(f"the {task} expert succeeded in only {len(content)} of {attempts} episodes "
+                                     f"within {max_steps} steps; raise --max_steps")
+            episode = expert_episode(scene, seed + attempts, max_steps)
+            attempts += 1
+            if episode is not None:
+                content.append(episode)
+    finally:
+        scene.close()
+    robot = tiny_dataset.robot_for(DATA_CONFIG)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
+        folder = Path(scratch) / target.name
+        storage = tiny_dataset.Storage(version=version, fps=DATASET_FPS, gop=10, codec=tiny_dataset.video_codec())
+        tiny_dataset.write_content(folder, robot, content, instruction_of(task), height=image_size, width=image_size,
+                                   storage=storage)
+        if target.exists():
+            shutil.rmtree(target)
+        folder.rename(target)
+    lengths = [len(ep.state) for ep in content]
+    log.info("%d %s demonstrations (%d attempts, %d-%d steps) in %.0f s -> %s", len(content), task, attempts,
+             min(lengths), max(lengths), time.monotonic() - started, target)
+    return target
+
+
+# -- evaluate --------------------------------------------------------------------------------------------------
+
+@dataclass
+class ZeroPolicy:
+    """Holds still with the gripper relaxed: the floor a trained policy must clear."""
+
+    requests: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+    sees: bool = False  # whether act() looks at the views: rendering is most of a step's cost
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, views, state, instruction) -> np.ndarray:
+        return np.zeros(ENV_ACTION_DIM, dtype=np.float32)
+
+
+class RandomPolicy(ZeroPolicy):
+    """Uniform actions in the env's range, from a seeded generator."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, views, state, instruction) -> np.ndarray:
+        return self.rng.uniform(-1.0, 1.0, ENV_ACTION_DIM).astype(np.float32)
+
+
+class ServerPolicy(ZeroPolicy):
+    """Asks the policy server for an action chunk every `action_chunk` steps and executes it row by row.
+
+    blank_images=True sends black frames: what the model makes of the state alone.
+    """
+
+    def __init__(self, client, blank_images: bool = False):
+        from DiT4DiT.evaluation.observations import StateEncoder
+
+        super().__init__(sees=True)
+        self.client = client
+        meta = client.metadata
+        self.size, self.chunk = int(meta["image_size"]), int(meta["action_chunk"])
+        if int(meta["action_dim"]) != 7:
+            raise SimulatorError(f"the served model returns {meta['action_dim']}-dim actions; this adapter needs the "
+                                 f"7 of the {DATA_CONFIG} layout (train on data from `collect`)")
+        self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
+        self.blank_images = blank_images
+        self._actions: np.ndarray | None = None
+        self._step = 0
+
+    def reset(self) -> None:
+        self._actions, self._step = None, 0
+
+    def act(self, views, state, instruction) -> np.ndarray:
+        from DiT4DiT.evaluation.observations import side_by_side_views
+
+        if self._step % self.chunk == 0:
+            image = side_by_side_views(views, self.size)
+            if self.blank_images:
+                image = np.zeros_like(image)
+            example = {"image": [image], "lang": instruction}
+            if self.encode_state is not None:
+                example["state"] = self.encode_state(state)
+            started = time.perf_counter()
+            try:
+                self._actions = np.asarray(self.client.infer([example])["actions"][0])
+            except Exception as error:  # a server error or a dropped connection ends the evaluation
+                raise SimulatorError(f"the policy server failed on a request: {error}") from None
+            self.latencies_s.append(time.perf_counter() - started)
+            self.requests += 1
+        row = self._actions[self._step % self.chunk]
+        self._step += 1
+        return env_action(row)
+
+
+def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bool) -> tuple[bool, int, list]:
+    """(success, steps taken, primary-camera frames if kept) of one episode."""
+    scene.reset(seed)
+    policy.reset()
+    instruction = instruction_of(scene.task)
+    frames = []
+    for step in range(1, max_steps + 1):
+        views = scene.views() if policy.sees or keep_frames else None
+        if keep_frames:
+            frames.append(views[0])
+        if scene.step(policy.act(views, scene.state(), instruction)):
+            return True, step, frames
+    return False, max_steps, frames
+
+
+def connect(server: str, wait_s: float):
+    from DiT4DiT.serving.client import PolicyClient
+
+    host, _, port = server.rpartition(":")
+    if not host or not port.isdigit():
+        raise BadArgument(f"--server {server!r}: give HOST:PORT, e.g. 127.0.0.1:10093")
+    try:
+        return PolicyClient(host, int(port), wait_s=wait_s, retry_s=min(1.0, wait_s))
+    except (TimeoutError, OSError) as error:
+        reason = str(error) if isinstance(error, TimeoutError) else f"cannot reach the policy server at {server} ({error})"
+        raise SimulatorError(f"{reason}; start one with "
+                             "`python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt`") from None
+
+
+def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
+             blank_images: bool = False, image_size: int = 64, seed: int = 1000, max_steps: int = 150,
+             videos: int = 3, wait_s: float = 10.0) -> dict:
+    """Run the episodes; write summary.json, the adapters' result files, outcomes.png and frames.png into out."""
+    from DiT4DiT.evaluation.closed_loop_report import plot_outcomes, write_frame_strip, write_summary
+    from DiT4DiT.evaluation.summary import summarize, write_task_result
+
+    if episodes < 1:
+        raise BadArgument(f"--episodes {episodes}: evaluate at least 1 episode")
+    client = None
+    if policy_name == "server":
+        if server is None:
+            raise BadArgument("evaluate needs --server HOST:PORT, or --policy zero|random for a baseline")
+        client = connect(server, wait_s)
+        policy = ServerPolicy(client, blank_images)
+    else:
+        policy = ZeroPolicy() if policy_name == "zero" else RandomPolicy(seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    size = image_size
+    scene = Scene(task, size)
+    outcomes, lengths, strips, started = [], [], [], time.monotonic()
+    try:
+        for i in range(episodes):
+            won, steps, frames = run_episode(scene, policy, seed + i, max_steps, keep_frames=i < videos)
+            outcomes.append(won)
+            lengths.append(steps)
+            if frames:
+                strips.append(frames)
+            log.info("%s episode %d (seed %d): %s in %d steps", task, i, seed + i, "success" if won else "failure",
+                     steps)
+    finally:
+        scene.close()
+        if client is not None:
+            client.close()
+    wall = time.monotonic() - started
+    label = policy_name + (" (blank images)" if blank_images else "")
+    summary = write_summary(out, SUITE, task, outcomes, lengths, latencies_s=policy.latencies_s, wall_s=wall,
+                            policy=label, server=server, max_steps=max_steps, image_size=size,
+                            seeds=[seed, seed + episodes - 1])
+    write_task_result(out, SUITE, task, outcomes)
+    summarize(out)
+    plot_outcomes(out / "outcomes.png", outcomes, lengths, max_steps, f"{task}, {label}")
+    if strips:
+        write_frame_strip(out / "frames.png", strips)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.metaworld", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    c = commands.add_parser("collect", help="write successful scripted-expert episodes as a LeRobot dataset")
+    c.add_argument("--task", required=True, help="Meta-World v3 task, e.g. handle-press-v3")
+    c.add_argument("--episodes", type=int, required=True, help="successful episodes to write")
+    c.add_argument("--out", type=Path, required=True, help=f"data root; the dataset goes to OUT/{DATASET_FOLDER}")
+    c.add_argument("--image_size", type=int, default=64, help="camera resolution (square)")
+    c.add_argument("--lerobot_version", default="v2.1", help="layout to write: v2.1 or v3.0")
+    c.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED + i")
+    c.add_argument("--max_steps", type=int, default=300, help="longest expert episode kept")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    e = commands.add_parser("evaluate", help="success rate of a served policy or a baseline")
+    e.add_argument("--task", required=True)
+    e.add_argument("--episodes", type=int, default=50)
+    e.add_argument("--out", type=Path, required=True, help="folder for summary.json, plots and result files")
+    e.add_argument("--server", help="HOST:PORT of `python -m DiT4DiT.serving.server`")
+    e.add_argument("--policy", default="server", choices=("server", "zero", "random"))
+    e.add_argument("--blank_images", action="store_true", help="send black frames (does the model use its cameras?)")
+    e.add_argument("--image_size", type=int, default=64,
+                   help="camera resolution, as collected (views are resized to the served model's image_size)")
+    e.add_argument("--seed", type=int, default=1000, help="episode i uses seed SEED + i (collect uses 0..)")
+    e.add_argument("--max_steps", type=int, default=150, help="steps before an episode counts as a failure")
+    e.add_argument("--videos", type=int, default=3, help="episodes shown in frames.png")
+    e.add_argument("--wait_s", type=float, default=10.0, help="how long to wait for the server to accept")
+    commands.add_parser("tasks", help="list the Meta-World v3 tasks")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL logs at INFO that an optional module is absent
+    try:
+        if args.command == "tasks":
+            print("\n".join(task_names()))
+        elif args.command == "collect":
+            folder = collect(args.task, args.episodes, args.out, image_size=args.image_size, seed=args.seed,
+                             max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite)
+            print(f"{folder}\ntrain on it with: --data_mix={DATA_MIX} --data_root_dir={args.out}")
+        else:
+            summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
+                               blank_images=args.blank_images, image_size=args.image_size, seed=args.seed,
+                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s)
+            low, high = summary["ci95"]
+            print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
+                  f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "
+                  f"mean length {summary['mean_length']:.0f} steps -> {args.out}/summary.json")
+    except DiT4DiTError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Meta-World in closed loop, in its own environment (.venv-metaworld, built here by `make sim-env`): expert demos
+written as a dataset our reader takes, the zero policy's summary, bad input, and demos -> train -> serve -> episodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from DiT4DiT.evaluation.metaworld import DATA_MIX, DATASET_FOLDER, dataset_action, env_action
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
+TASK = "handle-press-v3"
+CHUNK = 8  # the tiny config's future_action_window_size + 1
+MODEL = ("--framework.action_model.state_dim=16", "--framework.action_model.action_dim=7",
+         "--datasets.vla_data.max_state_dim=16", "--datasets.vla_data.max_action_dim=7")
+
+
+def env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WANDB_MODE="offline", HF_HUB_OFFLINE="1",
+                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def metaworld(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld", *args], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sim_env() -> Path:
+    """The simulator environment, built once (CI builds it here; a failed build fails the tests)."""
+    build = subprocess.run(["make", "sim-env"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, f"make sim-env failed:\n{build.stdout[-2000:]}\n{build.stderr[-2000:]}"
+    probe = subprocess.run([str(SIM_PYTHON), "-c", "import sys, DiT4DiT.evaluation.metaworld, DiT4DiT.serving.client, "
+                            "DiT4DiT.tools.tiny_dataset; assert 'torch' not in sys.modules"],
+                           cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr  # the client side and the writer import without torch
+    return SIM_PYTHON
+
+
+@pytest.fixture(scope="session")
+def demos(sim_env, tmp_path_factory) -> Path:
+    """Data root with two handle-press expert demos (64 px), as `collect` writes them."""
+    root = tmp_path_factory.mktemp("metaworld_demos")
+    result = metaworld("collect", "--task", TASK, "--episodes", "2", "--out", str(root))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"--data_mix={DATA_MIX} --data_root_dir={root}" in result.stdout
+    return root
+
+
+def test_actions_map_between_the_env_and_the_dataset_layout():
+    env_row = np.array([0.5, -0.25, 1.0, -1.0], dtype=np.float32)
+    row = dataset_action(env_row)
+    assert row.tolist() == [0.5, -0.25, 1.0, 0.0, 0.0, 0.0, -1.0]
+    assert env_action(row).tolist() == env_row.tolist()
+    assert env_action(np.array([3.0, 0, 0, 0, 0, 0, -2.0])).tolist() == [1.0, 0.0, 0.0, -1.0]  # clipped to the env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env, data_cfg, tmp_path, version):
+    from DiT4DiT.dataloader import build_vla_dataset
+
+    root = demos
+    if version == "v3.0":
+        root = tmp_path / "v3"
+        result = metaworld("collect", "--task", TASK, "--episodes", "2", "--out", str(root), "--lerobot_version", "v3.0")
+        assert result.returncode == 0, result.stderr[-3000:]
+    folder = root / DATASET_FOLDER
+    info = json.loads((folder / "meta/info.json").read_text())
+    assert info["codebase_version"] == version and info["total_episodes"] == 2
+    assert info["features"]["observation.images.primary_image"]["shape"] == [64, 64, 3]
+    dataset = build_vla_dataset(data_cfg(root, DATA_MIX, "datasets.vla_data.max_state_dim=16",
+                                         "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32"))
+    stats = dataset.statistics()["franka"]
+    assert stats["num_trajectories"] == 2 and stats["num_transitions"] == info["total_frames"]
+    assert 2 * 10 <= info["total_frames"] <= 2 * 300  # expert episodes end at success, within collect's step limit
+    state_min, state_max = np.array(stats["state"]["min"]), np.array(stats["state"]["max"])
+    # Hand position inside Meta-World's hand space (m), the pad zero, the finger opening within 0..1.
+    assert (state_min[:3] >= [-0.525, 0.348, -0.0525]).all() and (state_max[:3] <= [0.525, 1.025, 0.7]).all()
+    assert state_min[6] == state_max[6] == 0.0 and 0.0 <= state_min[7] <= state_max[7] <= 1.0
+    action_min, action_max = np.array(stats["action"]["min"]), np.array(stats["action"]["max"])
+    assert (action_min >= -1).all() and (action_max <= 1).all() and action_max[:3].max() > 0.1  # the hand moves
+    assert (action_min[3:6] == 0).all() and (action_max[3:6] == 0).all()
+    sample = dataset[0]
+    assert sample["lang"] == "handle press"
+    assert tuple(sample["image"][0].shape) == (3, 32, 64)  # the two views at image_size 32, side by side
+    assert tuple(sample["state"].shape) == (1, 16) and tuple(sample["action"].shape) == (CHUNK, 7)
+
+
+@pytest.mark.slow
+def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path):
+    result = metaworld("evaluate", "--policy", "zero", "--task", TASK, "--episodes", "2", "--max_steps", "20",
+                       "--videos", "1", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["suite"] == "metaworld" and summary["task"] == TASK and summary["policy"] == "zero"
+    assert summary["episodes"] == 2 and summary["successes"] == 0 and summary["success_rate"] == 0.0
+    assert summary["outcomes"] == [False, False] and summary["episode_lengths"] == [20, 20]
+    assert summary["ci95"][0] == 0.0 and 0.5 < summary["ci95"][1] < 0.9  # Wilson, 0 of 2
+    assert summary["latency"] is None and summary["seeds"] == [1000, 1001]
+    adapters = json.loads((tmp_path / "success_rate_summary.json").read_text())
+    assert adapters["per_task"] == {f"metaworld/{TASK}": 0.0} and adapters["episodes"] == 2
+    from PIL import Image
+
+    assert Image.open(tmp_path / "frames.png").size == (8 * 64, 64)  # one episode row of 8 frames
+    assert (tmp_path / "outcomes.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_an_unknown_task_and_a_missing_server_are_one_line_errors(sim_env, tmp_path):
+    unknown = metaworld("evaluate", "--policy", "zero", "--task", "handle-pres-v3", "--episodes", "1",
+                        "--out", str(tmp_path))
+    assert unknown.returncode == 2
+    assert len(error_lines(unknown)) == 1 and "'handle-pres-v3'" in error_lines(unknown)[0]
+    assert unknown.stderr.strip().splitlines() == error_lines(unknown)  # nothing else: no traceback
+    assert "handle-press-v3" in unknown.stderr  # the closest name
+    port = free_port()
+    down = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "1", "--task", TASK, "--episodes", "1",
+                     "--out", str(tmp_path))
+    assert down.returncode == 1
+    assert len(error_lines(down)) == 1 and f"no policy server at ws://127.0.0.1:{port}" in error_lines(down)[0]
+    assert down.stderr.strip().splitlines()[-1] == error_lines(down)[0]
+    assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir, tmp_path):
+    """The whole chain: the launcher trains 2 steps on the demos, the server serves them, the adapter runs 2 episodes."""
+    from DiT4DiT.evaluation.observations import StateEncoder
+    from DiT4DiT.serving.client import PolicyClient
+
+    runs = tmp_path / "runs"
+    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
+                            f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
+                            "--run_id=mw", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
+                            f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--datasets.vla_data.num_workers=0",
+                            "--trackers=[jsonl]", *MODEL], cwd=ROOT, env=env(), capture_output=True, text=True,
+                           timeout=900)
+    assert train.returncode == 0, train.stderr[-3000:]
+    ckpt = runs / "mw" / "checkpoints" / "steps_2_pytorch_model.pt"
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", "--ckpt", str(ckpt), "--host",
+                               "127.0.0.1", "--port", str(port), "--device", "cpu"], cwd=ROOT, env=env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        out = tmp_path / "eval"
+        result = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "300", "--task", TASK,
+                           "--episodes", "2", "--max_steps", "12", "--out", str(out))
+        assert result.returncode == 0, result.stderr[-3000:]
+        with PolicyClient("127.0.0.1", port, wait_s=10) as client:
+            meta = client.metadata
+            state = np.array([0.0, 0.6, 0.2, 0.0, 0.8, 0.05, 0.0, 1.0])  # a state in the dataset's layout
+            example = {"image": [np.zeros((32, 64, 3), np.uint8)], "lang": "handle press",
+                       "state": StateEncoder(meta)(state)}
+            reply = client.infer([example])
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"] == "server" and summary["episodes"] == 2 and summary["image_size"] == 64
+    assert len(summary["episode_lengths"]) == 2 and all(1 <= n <= 12 for n in summary["episode_lengths"])
+    # One request per action chunk: 12 steps need 2 chunks of 8 per episode (fewer for an episode that succeeds).
+    expected = sum(-(-n // CHUNK) for n in summary["episode_lengths"])
+    assert summary["latency"]["requests"] == expected and summary["latency"]["median_ms"] > 0
+    assert meta["image_size"] == 32 and meta["action_chunk"] == CHUNK and meta["action_dim"] == 7
+    assert meta["state_dim"] == 16
+    actions = reply["actions"]
+    assert actions.shape == (1, CHUNK, 7) and np.isfinite(actions).all()
+    # Robot units: the dataset's range for the min-max dims (displacements, rotations 0), the grip as recorded.
+    low, high = np.array(meta["statistics"]["action"]["min"]), np.array(meta["statistics"]["action"]["max"])
+    assert (actions[0, :, :6] >= low[:6] - 1e-6).all() and (actions[0, :, :6] <= high[:6] + 1e-6).all()
+    assert (actions[0, :, 3:6] == 0).all()
