@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from helpers.fixtures_data import snapshot
-from test_train_e2e import ROOT, TINY_CONFIG, descendants, environment, metrics, train, trainer_command
+from helpers.training_runs import ROOT, TINY_CONFIG, descendants, environment, metrics, train, trainer_command
 
 EXIT_PREEMPTED = 75
 KILL_DURING_SAVE = Path(__file__).resolve().parent / "helpers" / "kill_during_save.py"
