@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from DiT4DiT.tools.folder_checks import base_model_problems, main
-from test_doctor import TINY_YAML, doctor
+from helpers.doctor_runs import TINY_YAML, doctor
 
 
 @pytest.fixture
@@ -45,6 +45,7 @@ def test_a_garbage_file_is_named(pipeline_copy, content, problem):
     assert main(["base_model", str(pipeline_copy)]) == 1
 
 
+@pytest.mark.slow
 def test_the_doctor_fails_the_base_model_naming_the_file(pipeline_copy):
     shard = pipeline_copy / "text_encoder/model.safetensors"
     shard.write_bytes(shard.read_bytes()[:-8])

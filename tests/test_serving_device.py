@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TORCH_NPU = ROOT / "tests" / "fakes" / "torch_npu"
 
@@ -32,6 +34,7 @@ def probe(*path: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_with_torch_npu_present_it_is_imported_with_transfer_to_npu_and_a_missing_device_is_named():
     out = probe(FAKE_TORCH_NPU)
     assert "transfer_to_npu imported True" in out
@@ -39,6 +42,7 @@ def test_with_torch_npu_present_it_is_imported_with_transfer_to_npu_and_a_missin
     assert "npu refused: --device npu: torch_npu sees no NPU device" in out
 
 
+@pytest.mark.slow
 def test_without_torch_npu_auto_serves_on_the_cpu_and_npu_is_refused():
     out = probe()
     assert "auto cpu" in out and "transfer_to_npu imported False" in out

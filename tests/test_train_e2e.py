@@ -1,4 +1,5 @@
-"""The trainer end to end: real `accelerate launch` subprocesses on the tiny pipeline and tiny RoboTwin data."""
+"""The trainer end to end on the tiny pipeline and tiny RoboTwin data: real `accelerate launch` subprocesses (one
+and two processes, kill and resume, DeepSpeed), and the non-finite guard in-process."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from helpers.training_runs import ROOT, environment, metrics, descendants, train, trainer_command
+from helpers.training_runs import ROOT, descendants, environment, metrics, train, train_in_process, trainer_command
+
+pytestmark = pytest.mark.slow  # every test starts accelerate launch
 
 FROZEN = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
 
@@ -128,13 +129,14 @@ def test_two_processes_train_and_hold_equal_weights(tiny_pipeline_dir, tiny_robo
 
 
 def test_non_finite_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
-    first = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=4",
-                  "--trainer.save_interval=2")
+    first = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=4",
+                             "--trainer.save_interval=2")
     assert first.returncode == 0, first.stderr[-3000:]
     # Continue the run with a loss that overflows: the guard must stop at step 5 and touch no checkpoint.
     before = (tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt").read_bytes()
-    second = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=8",
-                   "--trainer.save_interval=2", "--trainer.is_resume=true", "--trainer.loss_scale.future_video=inf")
+    second = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=8",
+                              "--trainer.save_interval=2", "--trainer.is_resume=true",
+                              "--trainer.loss_scale.future_video=inf")
     assert second.returncode != 0
     assert "non-finite loss at optimizer step 5, micro-batch 0 (epoch" in second.stderr
     assert (tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt").read_bytes() == before
