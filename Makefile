@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-patched bench sim-env sim-system-packages
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast test-patched bench sim-env sim-system-packages
 
 venv: $(VENV)/.installed
 
@@ -40,8 +40,13 @@ tiny-dataset: | venv
 train-tiny: tiny-assets
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/train_8p.sh $(ARGS)
 
+# Every test (docs/testing.md): unit, in-process, and the slow tier that launches processes.
 test: venv
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fast tier: unit and in-process tests, no subprocess; what to run while editing.
+test-fast: venv
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # The NPU patch applied to a fresh export of HEAD, then the 100-step CPU smoke run on the patched tree.
 test-patched: venv

@@ -1,7 +1,8 @@
-# Fixtures shared by the tests live in tests/helpers/ (tiny pipeline and model configs, tiny datasets, a server).
+# Fixtures shared by the tests live in tests/helpers/ (tiny pipeline and model configs, tiny
+# datasets, the golden tiny run, a served policy).
 import pytest
 
-pytest_plugins = ["helpers.fixtures_model", "helpers.fixtures_data", "helpers.fixtures_serving"]
+pytest_plugins = ["helpers.fixtures_model", "helpers.fixtures_data", "helpers.fixtures_training", "helpers.fixtures_serving"]
 
 
 @pytest.fixture(scope="session", autouse=True)

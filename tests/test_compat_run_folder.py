@@ -144,6 +144,7 @@ def test_exported_checkpoint_holds_every_weight_and_loads_strictly_into_a_fresh_
     assert any(k.startswith(RELOADED_FROM_SNAPSHOT) for k in full) and len(full) > len(ours)
 
 
+@pytest.mark.slow
 def test_export_command_refuses_to_overwrite_and_names_a_missing_run_file(trained, tmp_path):
     cfg, model = trained
     checkpoint = _write_run(tmp_path / "run", cfg, model.state_dict(), OmegaConf.to_container(cfg, resolve=True))

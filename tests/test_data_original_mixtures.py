@@ -112,6 +112,7 @@ def test_v3_and_v2_folders_with_the_same_content_give_identical_samples(tmp_path
     assert snapshot(roots["v3.0"]) == before
 
 
+@pytest.mark.slow
 def test_command_line_writes_the_first_k_datasets_and_refuses_bad_input(tmp_path):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_dataset", *args], cwd=REPO,

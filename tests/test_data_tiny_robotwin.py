@@ -58,6 +58,7 @@ def test_existing_folder_needs_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["turn_switch"]
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_robotwin", *args], cwd=REPO,

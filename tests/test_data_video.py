@@ -1,4 +1,4 @@
-"""Decoded frames match the generator's source pixels; the optional torchcodec backend agrees with PyAV."""
+"""Decoded frames match the generator's source pixels; the optional torchcodec backend, when absent, is a clear error."""
 
 from pathlib import Path
 
@@ -52,15 +52,6 @@ def test_timestamp_past_the_end_is_an_error(tiny_robotwin_root):
     path = _video(tiny_robotwin_root, "adjust_bottle", "cam_high", 0)
     with pytest.raises(DataError, match=r"no frame within 0\.0668s of timestamp .*nearest frame at"):
         decode_pyav(path, np.array([timestamps[-1] + 0.2]), fps=15, episode=0)
-
-
-def test_torchcodec_agrees_with_pyav(tiny_robotwin_root):
-    pytest.importorskip("torchcodec")
-    _, timestamps = _episode(tiny_robotwin_root, "adjust_bottle", 0)
-    path = _video(tiny_robotwin_root, "adjust_bottle", "cam_high", 0)
-    picks = timestamps[[0, 9, 10, 21]]
-    np.testing.assert_array_equal(decode_torchcodec(path, picks, fps=15, episode=0),
-                                  decode_pyav(path, picks, fps=15, episode=0))
 
 
 def test_torchcodec_absent_is_a_clear_error(tiny_robotwin_root, monkeypatch):

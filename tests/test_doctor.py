@@ -6,39 +6,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
-
-ROOT = Path(__file__).resolve().parents[1]
-FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
-TINY_YAML = ROOT / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+from helpers.doctor_runs import FAKE_BIN, ROOT, TINY_YAML, doctor, fake_npu_smi
 
 
-def fake_npu_smi(layout: str, **env: str) -> str:
-    return subprocess.run([str(FAKE_BIN / "npu-smi"), "info"], env={**os.environ, "FAKE_NPU_SMI_LAYOUT": layout, **env},
-                          capture_output=True, text=True, check=True).stdout
-
-
-def doctor(*args: str, layout: str | None = None, **env: str) -> tuple[int, dict[str, str]]:
-    """Run the doctor; returns (exit code, {check name: its whole line})."""
-    path = [d for d in os.environ["PATH"].split(os.pathsep) if d != str(FAKE_BIN) and not (Path(d) / "npu-smi").exists()]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "HCCL_", "TORCH_HCCL", "DIT4DIT_"))}
-    full_env["PATH"] = os.pathsep.join(([str(FAKE_BIN)] if layout else []) + path)
-    if layout:
-        full_env["FAKE_NPU_SMI_LAYOUT"] = layout
-    full_env.update(env)
-    result = subprocess.run([sys.executable, "-m", "DiT4DiT.doctor", *args], cwd=ROOT, env=full_env,
-                            capture_output=True, text=True, timeout=120)
-    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line[:4] in ("PASS", "WARN", "FAIL", "SKIP")}
-    return result.returncode, lines
-
-
+@pytest.mark.slow
 def test_cpu_host_passes_and_skips_the_npu_checks(tiny_pipeline_dir):
     code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir), "--num_processes", "2")
     assert code == 0, lines
@@ -50,6 +27,7 @@ def test_cpu_host_passes_and_skips_the_npu_checks(tiny_pipeline_dir):
     assert lines["device_memory"].startswith("SKIP") and "need ~" in lines["device_memory"]
 
 
+@pytest.mark.slow
 def test_incomplete_base_model_fails_with_the_download_command(tmp_path, tiny_pipeline_dir):
     code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tmp_path / "missing"))
     assert code == 1
@@ -57,6 +35,7 @@ def test_incomplete_base_model_fails_with_the_download_command(tmp_path, tiny_pi
     assert "huggingface-cli download nvidia/Cosmos-Predict2.5-2B --revision diffusers/base/post-trained" in lines["base_model"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout, asked, status", [("a2", 16, "FAIL"), ("a2", 8, "PASS"), ("a3", 16, "PASS")])
 def test_num_processes_against_visible_devices(layout, asked, status):
     code, lines = doctor("--num_processes", str(asked), "--config_yaml", str(TINY_YAML), layout=layout)
@@ -67,6 +46,7 @@ def test_num_processes_against_visible_devices(layout, asked, status):
         assert "use --num_processes=8 or fewer" in lines["npu_devices"]
 
 
+@pytest.mark.slow
 def test_zero_copy_on_a2_fails_and_a3_needs_expandable_segments():
     _, a2 = doctor("--config_yaml", str(TINY_YAML), layout="a2", TORCH_HCCL_ZERO_COPY="1")
     assert a2["a2_a3_zero_copy"].startswith("FAIL") and "unset TORCH_HCCL_ZERO_COPY" in a2["a2_a3_zero_copy"]
@@ -79,6 +59,7 @@ def test_zero_copy_on_a2_fails_and_a3_needs_expandable_segments():
     assert forced["a2_a3_zero_copy"].startswith("FAIL") and "A2 (--soc)" in forced["a2_a3_zero_copy"]
 
 
+@pytest.mark.slow
 def test_device_memory_compares_the_estimate_with_free_hbm(tiny_pipeline_dir):
     args = ("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir))
     _, idle = doctor(*args, layout="a3")
@@ -87,6 +68,7 @@ def test_device_memory_compares_the_estimate_with_free_hbm(tiny_pipeline_dir):
     assert full["device_memory"].startswith("FAIL") and "0.0 GiB free" in full["device_memory"]
 
 
+@pytest.mark.slow
 def test_hccl_variables_are_validated():
     _, lines = doctor("--config_yaml", str(TINY_YAML), layout="a2", HCCL_CONNECT_TIMEOUT="60")
     assert lines["hccl_env"].startswith("FAIL") and "outside [120, 7200]" in lines["hccl_env"]
@@ -103,6 +85,7 @@ def test_patcher_api_generations():
     assert patcher_api(has_add=False, builder=False) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fake, api", [(ROOT / "tests/fakes/mx_driving_v1", "1.0"), (ROOT / "tests/fakes/mx_driving_v2", "2.0")])
 def test_patcher_probe_tells_the_generations_apart(fake, api):
     from DiT4DiT.doctor.checks import MX_DRIVING_PROBE  # the probe the doctor runs, run here on the fakes
@@ -114,12 +97,14 @@ def test_patcher_probe_tells_the_generations_apart(fake, api):
     assert patcher_api(found["has_add"], found["builder"]) == api
 
 
+@pytest.mark.slow
 def test_python_version_and_nodes_are_reported():
     _, lines = doctor("--config_yaml", str(TINY_YAML), "--num_processes", "2", "--num_machines", "3")
     assert lines["python"].startswith("PASS") and f"Python {sys.version.split()[0]}" in lines["python"]
     assert "3 nodes x 2 process(es) per node = 6 processes" in lines["nodes"]
 
 
+@pytest.mark.slow
 def test_processes_holding_npus_are_listed():
     _, busy = doctor("--config_yaml", str(TINY_YAML), layout="a3")
     assert busy["npu_processes"].startswith("WARN")
@@ -130,6 +115,7 @@ def test_processes_holding_npus_are_listed():
     assert hidden["npu_processes"].startswith("PASS")  # NPU 0 is not one of this run's devices
 
 
+@pytest.mark.slow
 def test_device_check_is_per_node():
     _, two_nodes = doctor("--config_yaml", str(TINY_YAML), "--num_processes", "16", "--num_machines", "2", layout="a3")
     assert two_nodes["npu_devices"].startswith("PASS")
@@ -186,6 +172,7 @@ def test_estimate_counts_what_the_freeze_list_freezes_and_the_mixtures_cameras(t
     assert estimate("backbone_interface").static_gib == listed.static_gib < estimate("").static_gib
     one_camera = estimate("", views=1)
     assert one_camera.tokens_per_sample * 3 == estimate("").tokens_per_sample
+@pytest.mark.slow
 def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     config = TINY_YAML.read_text().replace("data_root_dir: playground/Datasets/robotwin_tiny",
                                            f"data_root_dir: {tiny_robotwin_root}")

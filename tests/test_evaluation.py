@@ -24,6 +24,7 @@ ROBOTWIN_PARTS = (("left_joints", 6), ("right_joints", 6), ("left_gripper", 1), 
 
 # --- open loop ------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_open_loop_writes_its_summary_and_plots_on_the_tiny_run(tiny_ckpt, tiny_robotwin_root, tmp_path):
     from DiT4DiT.evaluation.open_loop import main
 

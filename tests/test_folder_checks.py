@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from DiT4DiT.launch.folder_checks import base_model_problems
-from test_doctor import TINY_YAML, doctor
+from helpers.doctor_runs import TINY_YAML, doctor
 
 
 @pytest.fixture
@@ -44,6 +44,7 @@ def test_a_garbage_file_is_named(pipeline_copy, content, problem):
     assert found.startswith(f"{shard}: ") and problem in found
 
 
+@pytest.mark.slow
 def test_the_doctor_fails_the_base_model_naming_the_file(pipeline_copy):
     shard = pipeline_copy / "text_encoder/model.safetensors"
     shard.write_bytes(shard.read_bytes()[:-8])

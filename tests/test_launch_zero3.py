@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from DiT4DiT.config.schema import load_config
@@ -25,6 +26,7 @@ def test_zero3_config_is_zero2_with_stage_3(tmp_path):
                                                                            if k != "zero_optimization"}
 
 
+@pytest.mark.slow
 def test_zero3_trains_two_steps_and_saves_whole_weights(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     overrides = [f"--framework.cosmos25.base_model={tiny_pipeline_dir}", f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}"]
     command = [

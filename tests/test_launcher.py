@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+pytestmark = pytest.mark.slow  # every test runs the bash launcher
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "scripts" / "train_8p.sh"
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"

@@ -19,7 +19,9 @@ import pytest
 import torch
 
 from helpers.fixtures_data import snapshot
-from test_train_e2e import ROOT, TINY_CONFIG, descendants, environment, metrics, train, trainer_command
+from helpers.training_runs import ROOT, descendants, environment, metrics, train, train_in_process, trainer_command
+
+pytestmark = pytest.mark.slow  # accelerate launch, signals and kills; the resume-protocol checks run in-process
 
 EXIT_PREEMPTED = 75
 KILL_DURING_SAVE = Path(__file__).resolve().parent / "helpers" / "kill_during_save.py"
@@ -53,7 +55,7 @@ COMMON = ("--trainer.max_train_steps=6", "--trainer.save_interval=2", "--trainer
 def six_steps(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_factory):
     """An uninterrupted 6-step run with states at steps 4 and 6 (keep_last_states=2)."""
     run_root = tmp_path_factory.mktemp("runs")
-    result = train(tiny_pipeline_dir, tiny_robotwin_root, run_root, "six", *COMMON)
+    result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, run_root, "six", *COMMON)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_root / "six"
 
@@ -138,7 +140,8 @@ def test_kill_9_during_a_save_leaves_a_loadable_state(tiny_pipeline_dir, tiny_ro
     leftovers = [p.name for p in checkpoints.iterdir() if p.name.startswith(".")]
     assert leftovers, "the kill did not land inside a save"
 
-    resumed = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *COMMON, "--trainer.is_resume=true")
+    resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed",
+                               *COMMON, "--trainer.is_resume=true")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr and "at step 2" in resumed.stderr
     assert "temporary file(s) left by an interrupted run" in resumed.stderr
@@ -154,8 +157,9 @@ def test_a_tampered_state_is_refused_and_the_previous_one_used(six_steps, tiny_p
     data = bytearray(optimizer.read_bytes())
     data[len(data) // 2] ^= 0xFF
     optimizer.write_bytes(bytes(data))
-    resumed = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "tampered", *COMMON, "--trainer.is_resume=true",
-                    "--trainer.max_train_steps=8")
+    resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "tampered",
+                               *COMMON, "--trainer.is_resume=true",
+                               "--trainer.max_train_steps=8")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "steps_6_training_state fails its manifest check and is not used" in resumed.stderr
     assert "optimizer.pt: sha256 differs from the manifest" in resumed.stderr
@@ -166,7 +170,7 @@ def test_a_tampered_state_is_refused_and_the_previous_one_used(six_steps, tiny_p
 
 def test_resume_without_a_training_state_exits_2_and_writes_nothing(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     (tmp_path / "typo").mkdir()
-    result = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "typo", "--trainer.is_resume=true")
+    result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "typo", "--trainer.is_resume=true")
     assert result.returncode == 2, result.stderr[-3000:]
     assert "ResumeError: trainer.is_resume is set but" in result.stderr
     assert "holds no complete, verified training state" in result.stderr and "--trainer.resume_weights_only true" \
@@ -177,15 +181,17 @@ def test_resume_without_a_training_state_exits_2_and_writes_nothing(tiny_pipelin
 def test_resume_refuses_a_changed_batch_size_unless_allowed(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     run = copy_run(six_steps, tmp_path, "changed")
     before = snapshot(run)
-    refused = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "changed", *COMMON, "--trainer.is_resume=true",
-                     "--datasets.vla_data.per_device_batch_size=2", "--seed=7")
+    refused = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "changed",
+                               *COMMON, "--trainer.is_resume=true",
+                               "--datasets.vla_data.per_device_batch_size=2", "--seed=7")
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "datasets.vla_data.per_device_batch_size: 4 -> 2" in refused.stderr and "seed: 42 -> 7" in refused.stderr
     assert "--trainer.resume_allow_changes=datasets.vla_data.per_device_batch_size,seed" in refused.stderr
     assert snapshot(run) == before
-    allowed = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "changed", *COMMON, "--trainer.is_resume=true",
-                     "--trainer.max_train_steps=7", "--datasets.vla_data.per_device_batch_size=2",
-                     "--trainer.resume_allow_changes=datasets.vla_data.per_device_batch_size")
+    allowed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "changed",
+                               *COMMON, "--trainer.is_resume=true",
+                               "--trainer.max_train_steps=7", "--datasets.vla_data.per_device_batch_size=2",
+                               "--trainer.resume_allow_changes=datasets.vla_data.per_device_batch_size")
     assert allowed.returncode == 0, allowed.stderr[-3000:]
 
 
@@ -193,8 +199,9 @@ def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_d
     """A run dir with only steps_N_pytorch_model.pt (what the original DiT4DiT leaves): continue from step N."""
     (tmp_path / "original/checkpoints").mkdir(parents=True)
     shutil.copy(six_steps / "checkpoints/steps_4_pytorch_model.pt", tmp_path / "original/checkpoints")
-    result = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "original", *COMMON, "--trainer.is_resume=true",
-                   "--trainer.resume_weights_only=true")
+    result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "original",
+                              *COMMON, "--trainer.is_resume=true",
+                              "--trainer.resume_weights_only=true")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WEIGHTS-ONLY RESUME from" in result.stderr and "step 4" in result.stderr
     rates = lambda run: [(r["step"], r["learning_rate/action_model"]) for r in metrics(run) if "total_loss" in r]
@@ -207,7 +214,7 @@ def test_a_new_run_over_a_finished_one_exits_2_and_writes_nothing(six_steps, tin
                                                                   tmp_path):
     run = copy_run(six_steps, tmp_path, "done")
     before = snapshot(run)
-    result = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "done", *COMMON)
+    result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "done", *COMMON)
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"RunDirError: {run} already holds a run (config.yaml, checkpoints, final_model" in result.stderr
     assert "--trainer.is_resume true" in result.stderr and "--trainer.move_old_run true" in result.stderr
@@ -217,8 +224,9 @@ def test_a_new_run_over_a_finished_one_exits_2_and_writes_nothing(six_steps, tin
 def test_move_old_run_keeps_the_earlier_run_aside(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     run = copy_run(six_steps, tmp_path, "again")
     old_final = final_weights(run)
-    result = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "again", *COMMON, "--trainer.max_train_steps=2",
-                    "--trainer.move_old_run=true")
+    result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "again",
+                              *COMMON, "--trainer.max_train_steps=2",
+                              "--trainer.move_old_run=true")
     assert result.returncode == 0, result.stderr[-3000:]
     (aside,) = tmp_path.glob("again.old-*")
     assert_same_weights(final_weights(aside), old_final)

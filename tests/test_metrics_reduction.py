@@ -8,10 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "workers"))
 
 from reduce_metrics import rank_loss  # noqa: E402
+
+pytestmark = pytest.mark.slow  # accelerate launch of two processes
 
 
 def test_logged_values_are_the_mean_over_ranks_and_steps_plus_the_loss_maximum(tmp_path):

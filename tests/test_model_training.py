@@ -137,6 +137,7 @@ def test_repeated_diffusion_steps_repeat_the_batch(tiny_model_cfg, tiny_examples
     assert batches == [6]
 
 
+@pytest.mark.slow
 def test_two_hundred_steps_halve_the_action_loss(tiny_model_cfg, tiny_examples):
     cfg = tiny_model_cfg("framework.cosmos25.training=action")
     torch.manual_seed(0)

@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from DiT4DiT.training import checkpoint as ckpt
+
+pytestmark = pytest.mark.slow  # two launchers, each with accelerate launch
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "scripts" / "train_8p.sh"

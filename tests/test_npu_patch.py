@@ -103,6 +103,7 @@ LEAN_V1 = ["default_patcher_builder.disable_patches(index,batch_matmul)", "defau
            "apply(msda,numpy_type)", "exit"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fake, mode, calls", [
     (MX_V2, None, LEAN_V2),
     (MX_V2, "lean", LEAN_V2),
@@ -123,12 +124,14 @@ def test_fixture_entry_with_torch_npu_and_either_patcher_api(tmp_path, ported_fi
     assert report["root_logging"] == ["WARNING", 0]
 
 
+@pytest.mark.slow
 def test_patcher_is_exited_when_training_fails(tmp_path, ported_fixture):
     report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V1], "--steps", "not-a-number")
     assert report["exit"] == 2 and "invalid int value" in result.stderr
     assert report["patcher_calls"] == LEAN_V1[:-1] + ["exit(SystemExit)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fake", [MX_V1, MX_V2])
 def test_a_patcher_that_fails_to_apply_is_a_warning(tmp_path, ported_fixture, fake):
     report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "2",
@@ -140,6 +143,7 @@ def test_a_patcher_that_fails_to_apply_is_a_warning(tmp_path, ported_fixture, fa
     assert not any(call.startswith(("apply", "default_patcher.apply", "exit")) for call in report["patcher_calls"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{"DIT4DIT_MX_PATCHER": "off"}, {"DIT4DIT_DISABLE_MX_PATCHER": "1"},
                                  {"DIT4DIT_DISABLE_MX_PATCHER": "1", "DIT4DIT_MX_PATCHER": "default"}])
 def test_environment_variables_turn_the_patcher_off(tmp_path, ported_fixture, env):
@@ -148,6 +152,7 @@ def test_environment_variables_turn_the_patcher_off(tmp_path, ported_fixture, en
     assert result.stderr.count("RuntimeWarning: mx_driving patcher off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)") == 1
 
 
+@pytest.mark.slow
 def test_an_unknown_patcher_mode_stops_before_training(tmp_path, ported_fixture):
     report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
                                  env={"DIT4DIT_MX_PATCHER": "fast"})
@@ -155,6 +160,7 @@ def test_an_unknown_patcher_mode_stops_before_training(tmp_path, ported_fixture)
     assert report["autocast"] == {} and report["patcher_calls"] is None
 
 
+@pytest.mark.slow
 def test_torch_npu_without_mx_driving_warns_and_trains(tmp_path, ported_fixture):
     report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2")
     assert report["exit"] == 0 and report["autocast"] == {"npu": 2 * 3 + 2}
@@ -162,6 +168,7 @@ def test_torch_npu_without_mx_driving_warns_and_trains(tmp_path, ported_fixture)
     assert result.stderr.count("RuntimeWarning: mx_driving is not importable (No module named 'mx_driving')") == 1
 
 
+@pytest.mark.slow
 def test_training_error_is_not_chained_to_the_missing_mx_driving(tmp_path, ported_fixture):
     report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2", "--lr", "-1")
     assert "ValueError: Invalid learning rate: -1.0" in result.stderr
@@ -228,6 +235,7 @@ def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin
     assert [r["step"] for r in records if "total_loss" in r] == [1, 2]
 
 
+@pytest.mark.slow
 def test_ci_script_explains_a_patch_that_no_longer_applies(tmp_path):
     """scripts/ci_patched_smoke.sh on a HEAD whose train.py changed under a hunk: names the hunk, says how to fix."""
     repo = tmp_path / "repo"

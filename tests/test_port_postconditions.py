@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_port_tool import FIXTURE, FRAMEWORK, TOOL, TRAIN, port_to_npu, snapshot
+from helpers.port_tool import FIXTURE, FRAMEWORK, TOOL, TRAIN, port_to_npu, snapshot
 
 
 def half_port_tree(tmp_path: Path, rel: str, old: str, new: str) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -11,14 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOL = ROOT / "scripts" / "port_to_npu.py"
-FIXTURE = ROOT / "tests" / "fixtures" / "original_tree"
-
-spec = importlib.util.spec_from_file_location("port_to_npu", TOOL)
-port_to_npu = sys.modules["port_to_npu"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(port_to_npu)
-TRAIN, FRAMEWORK = port_to_npu.TRAIN, port_to_npu.FRAMEWORK
+from helpers.port_tool import FIXTURE, FRAMEWORK, TOOL, TRAIN, port_to_npu, snapshot
 
 
 def run_tool(*args) -> subprocess.CompletedProcess:
@@ -36,10 +28,6 @@ def git_tree(tmp_path: Path, source: Path = FIXTURE) -> Path:
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         assert git(tree, *args).returncode == 0
     return tree
-
-
-def snapshot(tree: Path) -> dict[str, str]:
-    return {rel: (tree / rel).read_text() for rel in (TRAIN, FRAMEWORK)}
 
 
 def calls_named(source: str, dotted: str) -> list[ast.Call]:
@@ -209,6 +197,7 @@ def test_patch_of_file_without_final_newline_applies(tmp_path):
     assert (repo / TRAIN).read_text() == port_to_npu.port_source(TRAIN, VARIANT).source
 
 
+@pytest.mark.slow
 def test_ported_fixture_trains_on_cpu_without_torch_npu(tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(FIXTURE, tree)

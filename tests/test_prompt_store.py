@@ -114,6 +114,7 @@ def test_an_unwritable_store_dir_is_one_error_naming_the_key(tiny_model_cfg, tmp
     assert "set framework.cosmos25.prompt_store_dir to a writable folder" in message
 
 
+@pytest.mark.slow
 def test_a_write_that_runs_out_of_room_keeps_no_partial_file(tmp_path):
     """The file-size limit makes the write fail part-way, as a full disk does."""
     script = f"""
@@ -169,6 +170,7 @@ def launch_fill(store_dir: Path, out: Path, processes: int) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
 
 
+@pytest.mark.slow
 def test_two_processes_encode_each_instruction_once_and_reuse_the_store(tmp_path):
     first = launch_fill(tmp_path / "store", tmp_path / "first", processes=2)
     assert [r["rank"] for r in first] == [0, 1]

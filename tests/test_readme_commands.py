@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+pytestmark = pytest.mark.slow  # a venv, make develop, then accelerate launch
+
 REPO = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 

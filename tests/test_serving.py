@@ -189,6 +189,7 @@ def test_idle_timeout_stops_the_server(tiny_policy):
     assert not thread.is_alive()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_server_process_cleanly(tiny_ckpt):
     process = server_process("--ckpt", str(tiny_ckpt), "--host", "127.0.0.1", "--port", "0", "--device", "cpu")
     lines: list[str] = []
@@ -211,6 +212,7 @@ def test_sigterm_stops_a_server_process_cleanly(tiny_ckpt):
     assert closed.value.rcvd.code == 1001  # going away
 
 
+@pytest.mark.slow
 def test_a_missing_checkpoint_or_unavailable_device_is_a_clear_start_up_error(tiny_ckpt, tmp_path):
     missing = server_process("--ckpt", str(tmp_path / "nope.pt"), "--port", "0", "--device", "cpu")
     _, err = missing.communicate(timeout=120)

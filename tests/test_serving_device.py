@@ -38,6 +38,7 @@ def probe(*path: Path, broken: str = "") -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_with_torch_npu_present_it_is_imported_with_transfer_to_npu_and_a_missing_device_is_named():
     out = probe(FAKE_TORCH_NPU)
     assert "transfer_to_npu imported True" in out
@@ -45,6 +46,7 @@ def test_with_torch_npu_present_it_is_imported_with_transfer_to_npu_and_a_missin
     assert "npu refused: --device npu: torch_npu sees no NPU device" in out
 
 
+@pytest.mark.slow
 def test_without_torch_npu_auto_serves_on_the_cpu_and_npu_is_refused():
     out = probe()
     assert "auto cpu" in out and "transfer_to_npu imported False" in out

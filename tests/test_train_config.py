@@ -9,24 +9,18 @@ import warnings
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 
 import DiT4DiT.dataloader.build as build
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
-from DiT4DiT.training.train import main
+from helpers.training_runs import train_in_process
 
-TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 TRANSFORMER = "backbone_interface.extractor.transformer"
 
 
-def run_main(pipeline, data, run_root, *overrides: str) -> int:
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    return main(["--config_yaml", TINY_CONFIG, f"--framework.cosmos25.base_model={pipeline}",
-                 f"--datasets.vla_data.data_root_dir={data}", f"--run_root_dir={run_root}", "--run_id=run",
-                 "--trackers=[jsonl]", "--datasets.vla_data.num_workers=0", "--trainer.max_train_steps=2",
-                 "--trainer.save_interval=2", "--trainer.num_warmup_steps=1", *overrides])
+def run_main(pipeline, data, run_root, *overrides: str):
+    return train_in_process(pipeline, data, run_root, "run", "--trainer.max_train_steps=2", "--trainer.save_interval=2",
+                            "--trainer.num_warmup_steps=1", *overrides)
 
 
 @pytest.fixture
@@ -49,10 +43,11 @@ def index_builds(monkeypatch) -> list[str]:
     ("--seed=-1", "seed: must be at least 0, got -1"),
     ("--framework.action_model.state_dim=7", "state_dim=7 must equal datasets.vla_data.max_state_dim=14"),
 ])
-def test_config_errors_come_before_any_dataset_work(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, capsys,
+def test_config_errors_come_before_any_dataset_work(tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
                                                     index_builds, override, message):
-    assert run_main(tiny_pipeline_dir, tiny_robotwin_root, tmp_path / "runs", override) == 2
-    err = capsys.readouterr().err
+    result = run_main(tiny_pipeline_dir, tiny_robotwin_root, tmp_path / "runs", override)
+    err = result.stderr
+    assert result.returncode == 2, err
     assert err.count("config error: ") == 1 and message in err
     assert "Traceback" not in err
     assert index_builds == []
@@ -60,10 +55,11 @@ def test_config_errors_come_before_any_dataset_work(tiny_pipeline_dir, tiny_robo
 
 
 def test_a_batch_larger_than_the_data_is_a_config_error_once_the_training_split_is_known(
-        tiny_pipeline_dir, tiny_robotwin_root, tmp_path, capsys, index_builds):
-    assert run_main(tiny_pipeline_dir, tiny_robotwin_root, tmp_path / "runs",
-                    "--datasets.vla_data.per_device_batch_size=100000") == 2
-    err = capsys.readouterr().err
+        tiny_pipeline_dir, tiny_robotwin_root, tmp_path, index_builds):
+    result = run_main(tiny_pipeline_dir, tiny_robotwin_root, tmp_path / "runs",
+                      "--datasets.vla_data.per_device_batch_size=100000")
+    err = result.stderr
+    assert result.returncode == 2, err
     assert err.count("config error: the dataset has ") == 1 and "lower datasets.vla_data.per_device_batch_size" in err
     assert len(index_builds) == 3  # the training split's three task folders; the eval split is never built
 
@@ -74,11 +70,11 @@ def frozen_transformer_run(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_facto
     run_root = tmp_path_factory.mktemp("runs")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        code = run_main(tiny_pipeline_dir, tiny_robotwin_root, run_root, "--framework.cosmos25.training=action",
+        result = run_main(tiny_pipeline_dir, tiny_robotwin_root, run_root, "--framework.cosmos25.training=action",
                         "--trainer.mixed_precision=bf16",
                         f"--trainer.freeze_modules=backbone_interface.extractor.text_encoder,"
                         f"backbone_interface.extractor.vae,{TRANSFORMER}")
-    assert code == 0
+    assert result.returncode == 0, result.stderr[-3000:]
     return run_root / "run", [str(w.message) for w in record]
 
 

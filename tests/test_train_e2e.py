@@ -1,4 +1,5 @@
-"""The trainer end to end: real `accelerate launch` subprocesses on the tiny pipeline and tiny RoboTwin data."""
+"""The trainer end to end on the tiny pipeline and tiny RoboTwin data: real `accelerate launch` subprocesses (one
+and two processes, kill and resume, DeepSpeed), and the non-finite guard in-process."""
 
 from __future__ import annotations
 
@@ -6,60 +7,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+from helpers.training_runs import ROOT, descendants, environment, metrics, train, train_in_process, trainer_command
+
+pytestmark = pytest.mark.slow  # every test starts accelerate launch
+
 FROZEN = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extractor.vae.")
-
-
-def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *overrides: str, processes: int = 1) -> list[str]:
-    return [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes),
-        "DiT4DiT/training/train.py", "--config_yaml", TINY_CONFIG,
-        f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={data}",
-        f"--run_root_dir={run_root}", f"--run_id={run_id}", "--trackers=[jsonl]",
-        f"--datasets.vla_data.cache_dir={run_root / 'cache'}",
-        "--datasets.vla_data.num_workers=0", *overrides,
-    ]
-
-
-def environment(processes: int = 1) -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // processes)))
-
-
-def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        trainer_command(pipeline, data, run_root, run_id, *overrides, processes=processes),
-        cwd=ROOT, env=environment(processes), capture_output=True, text=True, timeout=900,
-    )
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torch's launcher starts its workers in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -172,13 +129,14 @@ def test_two_processes_train_and_hold_equal_weights(tiny_pipeline_dir, tiny_robo
 
 
 def test_non_finite_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
-    first = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=4",
-                  "--trainer.save_interval=2")
+    first = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=4",
+                             "--trainer.save_interval=2")
     assert first.returncode == 0, first.stderr[-3000:]
     # Continue the run with a loss that overflows: the guard must stop at step 5 and touch no checkpoint.
     before = (tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt").read_bytes()
-    second = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=8",
-                   "--trainer.save_interval=2", "--trainer.is_resume=true", "--trainer.loss_scale.future_video=inf")
+    second = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "nan", "--trainer.max_train_steps=8",
+                              "--trainer.save_interval=2", "--trainer.is_resume=true",
+                              "--trainer.loss_scale.future_video=inf")
     assert second.returncode != 0
     assert "non-finite loss at optimizer step 5, micro-batch 0 (epoch" in second.stderr
     assert (tmp_path / "nan/checkpoints/steps_4_pytorch_model.pt").read_bytes() == before

@@ -18,6 +18,8 @@ from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
 from DiT4DiT.tools.tiny_dataset import generate
 from DiT4DiT.training.train import main
 
+pytestmark = pytest.mark.slow  # each test trains two steps in-process (seconds each, fifteen of them)
+
 REPO = Path(__file__).resolve().parents[1]
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 # The first mixture that names each data config (oxe_droid is named by none, in the original too).

@@ -1,5 +1,5 @@
-"""Serving fixtures: a tiny run trained for two steps by the real trainer, its policy loaded once, a client written
-from the protocol alone (raw_pack, raw_unpack, example) and a server process started and awaited."""
+"""Serving fixtures: the checkpoint of the session's tiny run (fixtures_training) and its policy, loaded once, a
+client written from the protocol alone (raw_pack, raw_unpack, example) and a server process started and awaited."""
 
 from __future__ import annotations
 
@@ -49,20 +49,8 @@ def example(seed: int = 0, **changes) -> dict:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_factory) -> Path:
-    """<run_dir> of a two-step tiny run: config.yaml, dataset_statistics.json, checkpoints/steps_2_pytorch_model.pt."""
-    from test_train_e2e import train  # imported here, not at plugin load, so pytest still rewrites its asserts
-
-    run_root = tmp_path_factory.mktemp("serving_runs")
-    result = train(tiny_pipeline_dir, tiny_robotwin_root, run_root, "served", "--trainer.max_train_steps=2",
-                   "--trainer.save_interval=2", "--trainer.eval_interval=2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_root / "served"
-
-
-@pytest.fixture(scope="session")
 def tiny_ckpt(tiny_run) -> Path:
-    return tiny_run / "checkpoints" / "steps_2_pytorch_model.pt"
+    return tiny_run / "checkpoints" / "steps_20_pytorch_model.pt"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,101 @@
+"""Tiny training runs for tests: through a real `accelerate launch` subprocess, or `main()` in this process.
+
+Both take the tiny pipeline and tiny RoboTwin folders the session fixtures write, a run root and a run id, then
+any further `--a.b=c` overrides. The in-process run is the fast one: no interpreter start, no imports again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+
+
+def trainer_arguments(pipeline: Path, data: Path, run_root: Path, run_id: str, *overrides: str) -> list[str]:
+    """train.py's arguments: the tiny config on these folders, metrics to JSONL only, no DataLoader workers."""
+    return [
+        "--config_yaml", TINY_CONFIG,
+        f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={data}",
+        f"--run_root_dir={run_root}", f"--run_id={run_id}", "--trackers=[jsonl]",
+        f"--datasets.vla_data.cache_dir={run_root / 'cache'}",
+        "--datasets.vla_data.num_workers=0", *overrides,
+    ]
+
+
+def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *overrides: str, processes: int = 1) -> list[str]:
+    return [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes),
+        "DiT4DiT/training/train.py", *trainer_arguments(pipeline, data, run_root, run_id, *overrides),
+    ]
+
+
+def environment(processes: int = 1) -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // processes)))
+
+
+def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subprocess.CompletedProcess:
+    """`accelerate launch` of the trainer, waited for; the result holds its exit code and output."""
+    return subprocess.run(
+        trainer_command(pipeline, data, run_root, run_id, *overrides, processes=processes),
+        cwd=ROOT, env=environment(processes), capture_output=True, text=True, timeout=900,
+    )
+
+
+def train_in_process(pipeline, data, run_root, run_id, *overrides) -> subprocess.CompletedProcess:
+    """`main()` of the trainer in this process, with `train()`'s result: exit code and what it wrote to stderr.
+
+    One intra-op thread (the tiny model's fastest, and the count the golden losses were written with); the
+    process-wide state main() sets (accelerate's singletons, the root logger, warnings capture) is put back.
+    """
+    from accelerate.state import AcceleratorState, GradientState
+
+    from DiT4DiT.training.train import main
+
+    arguments = trainer_arguments(pipeline, data, run_root, run_id, *overrides)
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    root, threads, stderr = logging.getLogger(), torch.get_num_threads(), io.StringIO()
+    handlers, level = root.handlers[:], root.level
+    torch.set_num_threads(1)
+    try:
+        with contextlib.redirect_stderr(stderr):  # before main(): its log handler binds to sys.stderr
+            code = main(arguments)
+    finally:
+        torch.set_num_threads(threads)
+        logging.captureWarnings(False)
+        root.handlers[:], root.level = handlers, level
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+    return subprocess.CompletedProcess(["train.main", *arguments], code, "", stderr.getvalue())
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torch's launcher starts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
