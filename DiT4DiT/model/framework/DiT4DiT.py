@@ -8,23 +8,20 @@ This file is CUDA-first, like the original: the NPU patch rewrites its four torc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError, load_config
+from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.facts import num_output_frames
-from DiT4DiT.model.framework import build_framework, register_framework
-from DiT4DiT.model.freezing import left_out_of_checkpoints
+from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.host_to_device import to_device
 from DiT4DiT.model.modules.prompt_store import Ranks, prompt_store_root
-from DiT4DiT.model.modules.weights import load_trained_weights
 
 
 def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
@@ -135,29 +132,11 @@ class DiT4DiT(nn.Module):
 
     @classmethod
     def from_pretrained(cls, checkpoint_pt_path: str | Path) -> "DiT4DiT":
-        """Rebuild from `<run_dir>/config.yaml` and load `<run_dir>/<folder>/<name>.pt` (left on the CPU).
+        """The model of `<run_dir>/config.yaml` with `<run_dir>/<folder>/<name>.pt` loaded (left on the CPU); run
+        folders of the original too (baseframework.from_pretrained, the one loader)."""
+        from DiT4DiT.model.framework.base_framework import baseframework
 
-        The run's config says which modules its checkpoints leave out (they reload from the base snapshot);
-        every other weight must be in the file.
-        """
-        checkpoint = Path(checkpoint_pt_path)
-        if not checkpoint.is_file():
-            raise FileNotFoundError(f"{checkpoint}: no such checkpoint file")
-        run_dir = checkpoint.parent.parent
-        config_path = run_dir / "config.yaml"
-        if not config_path.is_file():
-            raise FileNotFoundError(
-                f"{config_path}: missing; a checkpoint must sit two levels below its run dir "
-                "(run_dir/checkpoints/steps_N_pytorch_model.pt or run_dir/final_model/pytorch_model.pt)"
-            )
-        config = load_config(config_path)
-        model = build_framework(config)
+        model = baseframework.from_pretrained(checkpoint_pt_path)
         if not isinstance(model, cls):
-            raise ConfigError(f"{config_path}: framework.name={config.framework.name!r} is not {cls.__name__}")
-        left_out = tuple(path + "." for path in left_out_of_checkpoints(config))
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        load_trained_weights(model, state, checkpoint, may_be_missing=left_out)
-        stats_path = run_dir / "dataset_statistics.json"
-        if stats_path.is_file():
-            model.norm_stats = json.loads(stats_path.read_text())
+            raise ConfigError(f"{checkpoint_pt_path}: its run is a {type(model).__name__}, not a {cls.__name__}")
         return model
