@@ -285,13 +285,15 @@ def _helpers_for(rel: str) -> str:
     return AUTOCAST_HELPERS + (PATCHER_HELPER if rel == TRAIN else "")
 
 
-def _block_imports(rel: str, tree: ast.Module, error_base: str) -> str:
-    """Import lines for the helpers' modules (and the error base) that the file does not import yet."""
-    present = {alias.name for stmt in tree.body if isinstance(stmt, ast.Import) for alias in stmt.names}
+def _block_imports(rel: str, tree: ast.Module, error_base: str, anchor: ast.stmt) -> str:
+    """Import lines for the helpers' modules (and the error base) that the file does not import before `anchor`
+    (the guarded block runs right after it, so a later import of the same name comes too late)."""
+    before = [stmt for stmt in tree.body if stmt.lineno <= anchor.lineno]
+    present = {alias.name for stmt in before if isinstance(stmt, ast.Import) for alias in stmt.names}
     lines = [f"import {name}\n" for name in HELPER_IMPORTS[rel] if name not in present]
     from_errors = any(isinstance(stmt, ast.ImportFrom) and stmt.module == "DiT4DiT.errors"
                       and any(alias.name == "DiT4DiTError" and alias.asname is None for alias in stmt.names)
-                      for stmt in tree.body)
+                      for stmt in before)
     if error_base == "DiT4DiTError" and not from_errors:
         lines.append(ERROR_BASE_IMPORT + "\n")
     return "".join(lines)
@@ -320,7 +322,7 @@ def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported, error
     helpers_at = text.line_end(body[last_import].end_lineno)
     result.changes.append(f"{rel}:{anchor.end_lineno}: guarded torch_npu / transfer_to_npu import")
     result.changes.append(f"{rel}:{body[last_import].end_lineno}: NPU helpers ({', '.join(_helper_names(rel))})")
-    guarded = _block_imports(rel, tree, error_base) + GUARDED_IMPORT.replace("ERROR_BASE", error_base)
+    guarded = _block_imports(rel, tree, error_base, anchor) + GUARDED_IMPORT.replace("ERROR_BASE", error_base)
     if anchor.end_lineno < len(text.lines) and text.lines[anchor.end_lineno].strip():
         guarded += "\n"  # keep a blank line between the block and the imports that follow
     if helpers_at == guarded_at:

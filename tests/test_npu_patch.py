@@ -208,6 +208,7 @@ def test_our_patched_framework_raises_a_dit4dit_error_when_imported_with_a_broke
     assert result.stdout.strip() == "TorchNpuImportError 1 ModuleNotFoundError(\"No module named 'setuptools'\")", result.stderr
 
 
+@pytest.mark.slow
 def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
     """Our own train.py and DiT4DiT.py, patched with the checked-in patch, train two steps with the fakes."""
     tree = tmp_path / "tree"
