@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
+from DiT4DiT.model.framework.base_framework import RunFolderError
 from DiT4DiT.model.modules.cosmos_pipeline import load_cosmos_components
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.prompt_encoding import tokenize_prompts
@@ -97,7 +98,8 @@ def test_from_pretrained_rejects_wrong_shapes(tiny_model_cfg, tmp_path):
     model = build_framework(tiny_model_cfg())
     state = _trainable_state(model)
     state["action_model.position_embedding.weight"] = torch.zeros(10, 32)
-    with pytest.raises(CheckpointMismatchError, match="position_embedding.weight \\(10, 32\\) vs model \\(1024, 32\\)"):
+    # The run's config and the checkpoint disagree: both are named (the key, the tensor and its shape).
+    with pytest.raises(RunFolderError, match="max_seq_len=1024 but .*position_embedding.weight of shape \\[10, 32\\]"):
         DiT4DiT.from_pretrained(_write_run(model, tmp_path / "run", state))
 
 
@@ -105,5 +107,5 @@ def test_from_pretrained_needs_the_run_config(tmp_path):
     path = tmp_path / "run" / "final_model" / "pytorch_model.pt"
     path.parent.mkdir(parents=True)
     torch.save({}, path)
-    with pytest.raises(FileNotFoundError, match="config.yaml: missing"):
+    with pytest.raises(FileNotFoundError, match="Missing `config.yaml` for run_dir"):
         DiT4DiT.from_pretrained(path)

@@ -24,7 +24,8 @@ TINY_CONFIG = REPO / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 def readme_training_command() -> list[str]:
     text = (REPO / "README.md").read_text()
     section = text.split("## Training on your data", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    # The section's accelerate command (the launcher's path command beside it is run by test_data_launcher_e2e).
+    block = re.search(r"```bash\n(accelerate launch .*?)```", section, re.S).group(1)
     return shlex.split(block.replace("\\\n", " "))
 
 

@@ -220,4 +220,4 @@ def test_a_missing_checkpoint_or_unavailable_device_is_a_clear_start_up_error(ti
 
     npu = server_process("--ckpt", str(tiny_ckpt), "--port", "0", "--device", "npu")
     _, err = npu.communicate(timeout=120)
-    assert npu.returncode == 2 and "--device npu: torch_npu is not importable" in err
+    assert npu.returncode == 2 and "--device npu: torch_npu is not installed" in err
