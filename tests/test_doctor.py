@@ -12,7 +12,7 @@ from DiT4DiT.config.schema import load_config
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
-from helpers.doctor_runs import FAKE_BIN, ROOT, TINY_YAML, doctor, fake_npu_smi
+from helpers.doctor_runs import ROOT, TINY_YAML, doctor, fake_npu_smi
 
 
 @pytest.mark.slow

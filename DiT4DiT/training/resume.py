@@ -18,7 +18,6 @@ from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import is_under
 from DiT4DiT.model.framework.base_framework import recorded_config
-from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.checkpoint import ResumeError
 
 log = logging.getLogger(__name__)
