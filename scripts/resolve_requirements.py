@@ -159,8 +159,8 @@ def summary(record: dict) -> str:
             resolved, pins = target["resolved"], target["pins"]
             no_wheel = sorted(pin for pin, meta in pins.items() if not meta["wheel"])
             shown = ", ".join(f"{pin}=={resolved[pin]}" for pin in ("torch", "protobuf", "wandb") if pin in resolved)
-            lines.append(f"{name} {key}: {len(resolved)} resolved from {len(pins)} pins ({shown}); "
-                         f"left out: {', '.join(target['left_out']) or 'none'}; no wheel: {', '.join(no_wheel) or 'none'}")
+            lines.append(f"{name} {key}: {len(resolved)} resolved from {len(pins)} pins ({shown}); left out: "
+                         f"{', '.join(target['left_out']) or 'none'}; no wheel: {', '.join(no_wheel) or 'none'}")
     return "\n".join(lines)
 
 
