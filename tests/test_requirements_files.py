@@ -56,8 +56,8 @@ def installed_pins() -> dict[str, str]:
 
 def test_every_installed_pin_admits_each_python_it_is_pinned_for():
     """Requires-Python comes from the releases' own metadata, read from this environment (which `make venv`
-    installs from requirements.txt). So the pins installed here are checked, for 3.10 and 3.11 both; the others
-    (torch_npu, mx-driving, the other Python's releases) by this same test where they are installed."""
+    installs from requirements.txt). So the pins installed here are checked, for 3.10 and 3.11 both; every pin,
+    installed or not, against the index's Requires-Python by tests/test_requirements_resolved.py."""
     here = read_pins(ROOT / "requirements.txt", platform.machine(), f"{sys.version_info.major}.{sys.version_info.minor}")
     installed = installed_pins()
     assert {k: installed.get(k) for k in here} == here, "this environment is not requirements.txt: run make venv"
