@@ -186,7 +186,7 @@ def test_the_metadata_names_the_layout_and_one_client_helper_serves_both(tiny_po
         # What the helper sent, as frames of the run's layout, given to the model directly.
         resized = fields["views"] if field == "views" else fields["image"]
         torch.manual_seed(3)
-        direct = policy.model.predict_action([{"image": resized[:1], "lang": "pick the cube", "state": state}])
+        direct = policy.model.predict_action([{"image": [np.array(r) for r in resized[:1]], "lang": "pick the cube", "state": state}])
         np.testing.assert_allclose(served, direct["normalized_actions"], rtol=0, atol=1e-6)
     assert camera_fields(views, {"image_size": SIZE})["image"][0].shape == (SIZE, 2 * SIZE, 3)  # the original's server
 
