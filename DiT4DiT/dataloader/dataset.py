@@ -136,11 +136,6 @@ def combine_views(views: Sequence[np.ndarray], size: int, layout: str = "side_by
     return list(out.div_(255.0).unbind(0))
 
 
-def side_by_side(views: Sequence[np.ndarray], size: int) -> list[torch.Tensor]:
-    """Per frame, every view resized to size x size and concatenated along the width."""
-    return combine_views(views, size, "side_by_side")
-
-
 def _padded(values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     # float32, not the original's float16: normalised values lose nothing, and the model casts them anyway.
     out = np.zeros((values.shape[0], width), dtype=np.float32)

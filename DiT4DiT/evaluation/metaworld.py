@@ -263,8 +263,8 @@ class ServerPolicy(ZeroPolicy):
 
         super().__init__(sees=True)
         self.client = client
-        meta = client.metadata
-        self.size, self.chunk = int(meta["image_size"]), int(meta["action_chunk"])
+        meta = self.metadata = client.metadata
+        self.chunk = int(meta["action_chunk"])
         if int(meta["action_dim"]) != 7:
             raise SimulatorError(f"the served model returns {meta['action_dim']}-dim actions; this adapter needs the "
                                  f"7 of the {DATA_CONFIG} layout (train on data from `collect`)")
@@ -277,13 +277,12 @@ class ServerPolicy(ZeroPolicy):
         self._actions, self._step = None, 0
 
     def act(self, views, state, instruction) -> np.ndarray:
-        from DiT4DiT.evaluation.observations import side_by_side_views
+        from DiT4DiT.evaluation.observations import camera_fields
 
         if self._step % self.chunk == 0:
-            image = side_by_side_views(views, self.size)
             if self.blank_images:
-                image = np.zeros_like(image)
-            example = {"image": [image], "lang": instruction}
+                views = [np.zeros_like(view) for view in views]
+            example = {**camera_fields(views, self.metadata), "lang": instruction}
             if self.encode_state is not None:
                 example["state"] = self.encode_state(state)
             started = time.perf_counter()

@@ -8,11 +8,26 @@ from PIL import Image
 from DiT4DiT.dataloader.transforms import Normalizer
 
 
+def resized_views(views, size: int) -> list[np.ndarray]:
+    """Each camera view as (size, size, 3) uint8, area-resized (as the original's clients resize)."""
+    return [np.asarray(Image.fromarray(np.asarray(view, dtype=np.uint8)).resize((size, size), Image.BOX))
+            for view in views]
+
+
 def side_by_side_views(views, size: int) -> np.ndarray:
     """(size, size x views, 3) uint8: each view area-resized to size x size, concatenated along the width."""
-    resized = [np.asarray(Image.fromarray(np.asarray(view, dtype=np.uint8)).resize((size, size), Image.BOX))
-               for view in views]
-    return np.concatenate(resized, axis=1)
+    return np.concatenate(resized_views(views, size), axis=1)
+
+
+def camera_fields(views, metadata: dict) -> dict:
+    """An example's camera field for the served run, from the server's metadata: the views (in the data config's
+    camera order) area-resized to `image_size`, then for a run trained side_by_side (or a server that names no
+    layout, as the original's) one wide frame `{"image": [frame]}`, the original's request form; for an as_frames
+    run the views one by one, `{"views": [...]}`, which the server combines as training did."""
+    resized = resized_views(views, int(metadata["image_size"]))
+    if metadata.get("views", "side_by_side") == "as_frames":
+        return {"views": resized}
+    return {"image": [np.concatenate(resized, axis=1)]}
 
 
 class StateEncoder:

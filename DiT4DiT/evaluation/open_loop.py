@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from DiT4DiT.atomic_files import write_json_atomic
-from DiT4DiT.dataloader.dataset import side_by_side
+from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
 from DiT4DiT.serving.device import DEVICE_CHOICES
@@ -46,7 +46,9 @@ def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tup
     examples, recorded = [], []
     for t in range(0, length, chunk):
         raw = part.read(first + t, decode)
-        example = {"image": side_by_side(raw.views, policy.shape.image_size)[:1], "lang": raw.lang}
+        # The current frame of each camera, combined in the run's layout as training combined them.
+        current = combine_views([view[:1] for view in raw.views], policy.shape.image_size, policy.shape.views)
+        example = {"image": current[:1], "lang": raw.lang}
         if policy.shape.state_dim:
             state = np.zeros((1, policy.shape.state_dim), dtype=np.float32)
             state[0, : raw.state.size] = state_normalizer.normalize(raw.state)

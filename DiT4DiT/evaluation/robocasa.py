@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler
-from DiT4DiT.evaluation.observations import StateEncoder, side_by_side_views
+from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
 
 log = logging.getLogger("dit4dit.robocasa")
@@ -33,8 +33,8 @@ class RobocasaPolicy:
 
     def __init__(self, client, n_action_steps: int, parts=GR1_PARTS, ensemble_horizon: int = 0, alpha: float = 0.1):
         self.client = client
-        meta = client.metadata
-        self.size, self.chunk = int(meta["image_size"]), int(meta["action_chunk"])
+        meta = self.metadata = client.metadata
+        self.chunk = int(meta["action_chunk"])
         self.parts = tuple(parts)
         width = sum(w for _, w in self.parts)
         if width != int(meta["action_dim"]):
@@ -63,7 +63,7 @@ class RobocasaPolicy:
         instructions = list(obs[INSTRUCTION_KEY])
         examples = []
         for index in range(len(videos)):
-            example = {"image": [side_by_side_views([videos[index, -1]], self.size)], "lang": str(instructions[index])}
+            example = {**camera_fields([videos[index, -1]], self.metadata), "lang": str(instructions[index])}
             if self.encode_state is not None:
                 example["state"] = self.encode_state(states[index])
             examples.append(example)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.serving.layout import run_layout
+
+log = logging.getLogger(__name__)
 
 
 class RequestError(ValueError):
@@ -38,7 +43,7 @@ def camera_count(data_mix: str) -> int:
 class PolicyShape:
     """What a request must look like for one trained model, and the bounds that cap one request's work."""
 
-    image_size: int  # each camera view is image_size x image_size, views side by side
+    image_size: int  # each camera view is image_size x image_size
     state_dim: int  # 0: the model takes no state
     chunk: int  # action steps per prediction
     action_dim: int  # model output width (padded); the robot's width is the statistics'
@@ -46,14 +51,29 @@ class PolicyShape:
     max_views: int  # cameras of the run's data configs
     max_frames: int  # frames per example the run trained on (only the first conditions the action)
     max_instruction_chars: int
+    views: str = "side_by_side"  # the run's camera layout (datasets.vla_data.views): side_by_side | as_frames
 
     @classmethod
-    def of(cls, config, max_batch: int) -> "PolicyShape":
+    def of(cls, config, max_batch: int, views: str = "side_by_side") -> "PolicyShape":
         head, data = config.framework.action_model, config.datasets.vla_data
         frames = len(range(0, len(data.video_delta_indices), data.action_video_freq_ratio))
         return cls(int(data.image_size), int(head.state_dim or 0), int(head.future_action_window_size) + 1,
                    int(head.action_dim), int(max_batch), camera_count(data.data_mix), frames,
-                   CHARS_PER_TOKEN * int(config.framework.cosmos25.max_sequence_length))
+                   CHARS_PER_TOKEN * int(config.framework.cosmos25.max_sequence_length), views)
+
+    def frame_shape(self) -> str:
+        """An `image` frame's shape for this layout, as the errors name it."""
+        size = self.image_size
+        return f"({size}, {size}, 3), one camera" if self.views == "as_frames" else f"({size}, {size} x views, 3)"
+
+    def max_image_frames(self) -> int:
+        """Frames an `image` list may hold: as_frames puts every camera's frames after the previous one's."""
+        return self.max_frames * (self.max_views if self.views == "as_frames" else 1)
+
+    def max_view_pixels(self) -> int:
+        """The largest camera image `views` may carry (resized here): max_views uint8 views of it take the bytes
+        of max_frames float32 frames, so they fit the message bound (224 pixels, 5 frames: 1,003,520 pixels)."""
+        return self.max_frames * self.image_size * self.image_size * FLOAT_BYTES
 
     def max_message_bytes(self) -> int:
         """The largest well-formed request: max_batch examples of max_frames float32 frames of max_views views,
@@ -105,7 +125,7 @@ def _frames(value, where: str, max_frames: int) -> list[np.ndarray]:
         raise RequestError(f"{where}.image is an empty list; send at least the current frame")
     if len(frames) > max_frames:
         raise RequestError(f"{where}.image holds {len(frames)} frames; this model takes at most {max_frames} (only the "
-                           "first, the current observation, conditions the action): put camera views side by side")
+                           "first, the current observation, conditions the action): send camera views as 'views'")
     for position, frame in enumerate(frames):
         if not isinstance(frame, np.ndarray):
             raise RequestError(f"{where}.image[{position}] is a {type(frame).__name__}, not a numpy array (H, W, 3)")
@@ -145,20 +165,25 @@ class Policy:
         if bf16:
             model = model.to(torch.bfloat16)
         model = model.to(device).eval()
-        return cls(model, PolicyShape.of(model.config, max_batch), tag, entry)
+        layout = run_layout(model.config, entry, str(stats_path))
+        log.info("camera layout %s (%s): requests may send an example's cameras one by one as 'views', or 'image' "
+                 "frames of that layout", layout.views, layout.source)
+        return cls(model, PolicyShape.of(model.config, max_batch, layout.views), tag, entry)
 
     def metadata(self) -> dict:
         """Sent on connect. `env` as the original's server; the rest lets a client build requests without the run dir."""
         return {
             "env": "simpler_env",
             "image_size": self.shape.image_size,
+            "views": self.shape.views,
             "state_dim": self.shape.state_dim,
             "action_chunk": self.shape.chunk,
             "action_dim": self.unnormalize.width,
             "unnorm_key": self.statistics_tag,
             "statistics": {"action": self.statistics["action"], "state": self.statistics["state"]},
             "limits": {"max_batch": self.shape.max_batch, "max_views": self.shape.max_views,
-                       "max_frames": self.shape.max_frames, "max_instruction_chars": self.shape.max_instruction_chars},
+                       "max_frames": self.shape.max_frames, "max_instruction_chars": self.shape.max_instruction_chars,
+                       "max_view_pixels": self.shape.max_view_pixels()},
         }
 
     def check(self, message) -> list[dict]:
@@ -173,8 +198,10 @@ class Policy:
         if len(examples) > self.shape.max_batch:
             raise RequestError(f"{len(examples)} examples in one request; this server takes at most "
                                f"{self.shape.max_batch} (--max_batch)")
+        if len({"views" in ex for ex in examples if isinstance(ex, dict)}) > 1:
+            raise RequestError("some examples carry 'views' and some 'image'; use one form in all examples of a request")
         checked = [self._check_example(example, f"examples[{i}]") for i, example in enumerate(examples)]
-        if len({ex["image"][0].shape for ex in checked}) > 1:
+        if len({tuple(ex["image"][0].shape) for ex in checked}) > 1:
             raise RequestError("the examples' images differ in shape; every example of one request needs the same views")
         if len({"state" in ex for ex in checked}) > 1:
             raise RequestError("some examples carry 'state' and some do not; send it in all or none")
@@ -183,30 +210,63 @@ class Policy:
     def _check_example(self, example, where: str) -> dict:
         if not isinstance(example, dict):
             raise RequestError(f"{where} is a {type(example).__name__}; each example is a map with image, lang, state")
-        for key in ("image", "lang"):
-            if key not in example:
-                raise RequestError(f"{where} lacks '{key}'; each example needs image (H, W, 3), lang (str), state")
+        if ("image" in example) == ("views" in example):
+            raise RequestError(f"{where} {'has both' if 'image' in example else 'lacks'} 'image' and 'views'; send one: "
+                               f"views = [uint8 (H, W, 3) per camera] or image = [frames {self.shape.frame_shape()}]")
+        if "lang" not in example:
+            raise RequestError(f"{where} lacks 'lang'; each example needs image or views, lang (str), state")
         lang = example["lang"]
         if not isinstance(lang, str) or not lang.strip():
             raise RequestError(f"{where}.lang must be a non-empty instruction string")
         if len(lang) > self.shape.max_instruction_chars:
             raise RequestError(f"{where}.lang is {len(lang)} characters; this model reads at most "
                                f"{self.shape.max_instruction_chars} (framework.cosmos25.max_sequence_length tokens)")
-        frames = _frames(example["image"], where, self.shape.max_frames)
-        size, most = self.shape.image_size, self.shape.max_views
-        for position, frame in enumerate(frames):
-            if frame.ndim != 3 or frame.shape[-1] != 3 or frame.shape[0] != size or frame.shape[1] % size \
-                    or not 0 < frame.shape[1] // size <= most:
-                raise RequestError(
-                    f"{where}.image[{position}] has shape {frame.shape}; this model takes ({size}, {size} x views, 3) "
-                    f"with 1 to {most} views: resize each camera view to {size}x{size} and put the views side by side")
-        # Only the current frame conditions the action. A copy in native byte order: arrays off the wire are
-        # read-only views of the message (torch refuses to wrap them silently) and may be big-endian.
-        current = frames[0]
-        out = {"image": [np.array(current, dtype=current.dtype.newbyteorder("="))], "lang": lang}
+        if "views" in example:
+            current = self._combined_views(example["views"], where)
+        else:
+            current = self._current_frame(example["image"], where)
+        out = {"image": [current], "lang": lang}
         if "state" in example:
             out["state"] = self._check_state(example["state"], where)
         return out
+
+    def _current_frame(self, image, where: str) -> np.ndarray:
+        """The first of an example's `image` frames, each checked against the run's layout."""
+        frames = _frames(image, where, self.shape.max_image_frames())
+        size, most = self.shape.image_size, self.shape.max_views
+        wide = 1 if self.shape.views == "as_frames" else most
+        for position, frame in enumerate(frames):
+            if frame.ndim != 3 or frame.shape[-1] != 3 or frame.shape[0] != size or frame.shape[1] % size \
+                    or not 0 < frame.shape[1] // size <= wide:
+                how = ("one frame per camera, each camera's after the previous one's" if self.shape.views == "as_frames"
+                       else f"with 1 to {most} views side by side")
+                raise RequestError(
+                    f"{where}.image[{position}] has shape {frame.shape}; this run combines cameras {self.shape.views}, "
+                    f"so a frame is {self.shape.frame_shape()} ({how}): resize each camera view to {size}x{size}, or "
+                    "send the views one by one as 'views' and the server combines them as training did")
+        # Only the current frame conditions the action. A copy in native byte order: arrays off the wire are
+        # read-only views of the message (torch refuses to wrap them silently) and may be big-endian.
+        return np.array(frames[0], dtype=frames[0].dtype.newbyteorder("="))
+
+    def _combined_views(self, views, where: str) -> torch.Tensor:
+        """The current frame made from one image per camera by training's own combine_views for the run's layout
+        (each view resized to image_size, bilinear): side_by_side gives one wide frame, as_frames one frame per
+        camera, of which the first conditions the action as frame 0 does in training."""
+        views = list(views) if isinstance(views, (list, tuple)) else [views]
+        most = self.shape.max_views
+        if not 0 < len(views) <= most:
+            raise RequestError(f"{where}.views holds {len(views)} images; this model takes 1 to {most} cameras, "
+                               "one uint8 (H, W, 3) image each, in the data config's camera order")
+        for position, view in enumerate(views):
+            if not isinstance(view, np.ndarray) or view.dtype != np.uint8 or view.ndim != 3 or view.shape[-1] != 3 \
+                    or not 0 < view.shape[0] * view.shape[1] <= self.shape.max_view_pixels():
+                what = f"a {view.dtype} array of shape {view.shape}" if isinstance(view, np.ndarray) \
+                    else f"a {type(view).__name__}"
+                raise RequestError(f"{where}.views[{position}] is {what}; each view is one camera's uint8 (H, W, 3) "
+                                   f"image of at most {self.shape.max_view_pixels()} pixels (resized to {self.shape.image_size}x"
+                                   f"{self.shape.image_size} here, as in training)")
+        # (1, H, W, 3) per camera: this step's frame. Copies: arrays off the wire are read-only.
+        return combine_views([np.array(view)[None] for view in views], self.shape.image_size, self.shape.views)[0]
 
     def _check_state(self, state, where: str) -> np.ndarray:
         if not self.shape.state_dim:
