@@ -76,3 +76,22 @@ def test_a_broken_tiny_pipeline_is_rewritten_by_its_generator_named_as_given(tin
     (missing,) = pipeline_folder_problems("playground/Cosmos-Predict2.5-2B", relative_to=tmp_path)
     assert missing.endswith(f"does not exist; fix: {download_command('playground/Cosmos-Predict2.5-2B')} (or, for a smoke "
                             "run, the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out playground/Cosmos-Predict2.5-2B)")
+
+
+def test_a_run_folder_whose_base_model_is_incomplete_is_named_before_any_model_is_built(pipeline_copy, tmp_path):
+    """from_pretrained (the server, export, the original's clients) reloads the frozen modules from the base model."""
+    import torch
+
+    from DiT4DiT.model.framework.base_framework import RunFolderError, baseframework
+
+    shutil.rmtree(pipeline_copy / "vae")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"framework:\n  cosmos25:\n    base_model: {pipeline_copy}\n")
+    (run / "dataset_statistics.json").write_text("{}")
+    torch.save({}, run / "checkpoints" / "steps_1_pytorch_model.pt")
+    with pytest.raises(RunFolderError) as error:
+        baseframework.from_pretrained(run / "checkpoints" / "steps_1_pytorch_model.pt")
+    assert str(error.value) == (f"{run / 'config.yaml'}: framework.cosmos25.base_model='{pipeline_copy}' is incomplete: "
+                                f"component 'vae' (vae/config.json) is missing; fix: {download_command(pipeline_copy)}")
+    assert error.value.exit_code == 2
