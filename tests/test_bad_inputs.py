@@ -5,11 +5,16 @@ Add a case by adding a row (tests/helpers/bad_inputs.py explains the columns).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import pytest
 
+from DiT4DiT.facts import PIPELINE_PARTS
 from helpers.bad_inputs import BadInput, check_bad_input
+
+DOWNLOAD = "huggingface-cli download nvidia/Cosmos-Predict2.5-2B --revision diffusers/base/post-trained --local-dir"
 
 
 def _file(name):
@@ -18,6 +23,22 @@ def _file(name):
 
 def _yaml(text):
     return lambda tmp: (tmp / "bad.yaml").write_text(text)
+
+
+def _model_without(name):
+    def prepare(tmp):
+        target = tmp / "model" / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    return prepare
+
+
+def _model_of_class(name):
+    return lambda tmp: (tmp / "model" / "model_index.json").write_text(json.dumps({"_class_name": name}))
+
+
+def _truncated_weights(tmp):
+    shard = tmp / "model" / "transformer" / "diffusion_pytorch_model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-8])
 
 
 def _link_outside(tmp):
@@ -54,12 +75,34 @@ ROWS = [
     BadInput("interpolation on the command line", ("--run_id=${nowhere}",), 2, ("run_id", "'nowhere' not found")),
     BadInput("missing base model", ("--framework.cosmos25.base_model={tmp}/nowhere",), 2,
              ("framework.cosmos25.base_model", "does not exist")),
+    BadInput("base model unset", ("--framework.cosmos25.base_model=null",), 2,
+             ("framework.cosmos25.base_model is not set", DOWNLOAD, "python -m DiT4DiT.tools.tiny_cosmos")),
+]
+
+# A copy of the tiny pipeline at {tmp}/model, broken by the row: found when the config loads, not by the model.
+MODEL_FOLDER_ROWS = [
+    BadInput("base model folder missing", ("--framework.cosmos25.base_model={tmp}/nowhere",), 2,
+             ("framework.cosmos25.base_model: folder '", "nowhere' does not exist", f"fix: {DOWNLOAD} ")),
+    BadInput("no model_index.json", (), 2, ("not a diffusers pipeline folder", "model_index.json is missing", DOWNLOAD),
+             _model_without("model_index.json")),
+    *(BadInput(f"no {part} component", (), 2, (f"is incomplete: component '{part}' ({part}/{marker}) is missing",
+                                                DOWNLOAD), _model_without(part)) for part, marker in PIPELINE_PARTS.items()),
+    BadInput("another pipeline", (), 2, ("holds a 'WanPipeline' pipeline, not Cosmos2_5_PredictBasePipeline", DOWNLOAD),
+             _model_of_class("WanPipeline")),
+    BadInput("truncated weights", (), 2, ("diffusion_pytorch_model.safetensors", "but its header describes",
+                                          f"fix: delete it, then {DOWNLOAD}"), _truncated_weights),
 ]
 
 
 @pytest.mark.parametrize("case", ROWS, ids=str)
 def test_a_bad_input_is_one_line_and_nothing_is_written(case, tmp_path, capsys):
     check_bad_input(case, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("case", MODEL_FOLDER_ROWS, ids=str)
+def test_a_broken_base_model_is_refused_with_the_config(case, tiny_pipeline_dir, tmp_path, capsys):
+    shutil.copytree(tiny_pipeline_dir, tmp_path / "model")
+    check_bad_input(case, tmp_path, capsys, base_model=tmp_path / "model")
 
 
 def test_a_good_run_id_is_the_run_folder():

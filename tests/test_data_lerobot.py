@@ -250,7 +250,7 @@ def test_an_image_camera_without_its_column_is_found_before_step_1(copy_of, data
         _build(data_cfg, folder, "datasets.vla_data.data_config=robotwin")
 
 
-def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, data_cfg, tmp_path):
+def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, data_cfg, tmp_path, tiny_pipeline_dir):
     from DiT4DiT.config.validate import validate_training_config
     from DiT4DiT.doctor.memory_estimate import mixture_views
 
@@ -260,4 +260,4 @@ def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, d
     with pytest.raises(ConfigError, match=rf"data_mix={missing}: {missing} does not exist; give a dataset folder"):
         validate_training_config(data_cfg("null", str(missing), "framework.cosmos25.base_model=/"))
     # A path needs no data_root_dir.
-    validate_training_config(data_cfg("null", str(lerobot_sets["v3_videos"]), "framework.cosmos25.base_model=/"))
+    validate_training_config(data_cfg("null", str(lerobot_sets["v3_videos"]), f"framework.cosmos25.base_model={tiny_pipeline_dir}"))

@@ -11,7 +11,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR, download_command
+from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR
+from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
 
@@ -134,12 +135,9 @@ def check_folder_path(key: str, folder: Path) -> None:
 
 
 def validate_training_config(cfg: DictConfig) -> list[str]:
-    """The folders and files a training launch reads exist (ConfigError otherwise); warnings for odd but legal values."""
+    """The folders and files a training launch reads exist and the base model's folder is complete (ConfigError
+    otherwise); warnings for odd but legal values."""
     cosmos, data, trainer = cfg.framework.cosmos25, cfg.datasets.vla_data, cfg.trainer
-    _require(cosmos.base_model is not None, "framework.cosmos25.base_model is not set: pass --framework.cosmos25.base_model DIR "
-             "(a local Cosmos-Predict2.5 diffusers folder)")
-    _require(Path(cosmos.base_model).is_dir(), f"framework.cosmos25.base_model: folder '{cosmos.base_model}' does not exist. "
-             f"Download it with: {download_command(cosmos.base_model)}  (or generate the tiny one: python -m DiT4DiT.tools.tiny_cosmos --out {cosmos.base_model})")
     from DiT4DiT.dataloader.mixtures import is_path, resolve_data_mix
 
     if is_path(data.data_mix):
@@ -153,6 +151,8 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     if trainer.pretrained_checkpoint:
         _require(Path(trainer.pretrained_checkpoint).is_file(),
                  f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
+    problems = pipeline_folder_problems(cosmos.base_model)  # last: it reads a header per weight file
+    _require(not problems, " | ".join(problems))
     warnings = []
     if trainer.save_interval > trainer.max_train_steps:
         warnings.append(f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="

@@ -27,10 +27,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.facts import TINY_MODEL_DIR, download_command
+from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import npu_network
-from DiT4DiT.launch import folder_checks, host_kind, npu_topology, preflight
+from DiT4DiT.launch import host_kind, npu_topology, preflight
 from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
+from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 TORCH_VERSION = "2.7.1"
 # torch_npu release for torch 2.7.1 -> the CANN it is built for (Ascend/pytorch COMPATIBILITY, ASCEND_NOTES §3.1).
@@ -401,17 +402,14 @@ class Doctor:
         return Check("config", "PASS", f"{self.config_yaml} loads")
 
     def check_base_model(self) -> Check:
-        problems = folder_checks.base_model_problems(self.base_model)
+        problems = pipeline_folder_problems(self.base_model)
         if problems:
-            tiny = self.base_model == Path(CPU_DEFAULTS[1])
-            fix = (f"python -m DiT4DiT.tools.tiny_cosmos --out {self.base_model}" if tiny else
-                   download_command(self.base_model))
-            return Check("base_model", "FAIL", "; ".join(problems), fix)
+            return Check("base_model", "FAIL", " | ".join(problems))
         return Check("base_model", "PASS", f"{self.base_model} is complete")
 
     def check_memory(self) -> Check:
         name = "device_memory"
-        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+        if self.cfg is None or pipeline_folder_problems(self.base_model):
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         views = mixture_views(self.cfg.datasets.vla_data.data_mix, self.cfg.datasets.vla_data.data_config)
         est = estimate_training_memory(self.base_model, self.cfg, self.world_size, views)
@@ -432,7 +430,7 @@ class Doctor:
 
     def check_prompt_store(self) -> Check:
         name = "prompt_store"
-        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+        if self.cfg is None or pipeline_folder_problems(self.base_model):
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         est, error = run_probe(STORE_ESTIMATE_PROBE.format(config=str(self.config_yaml), model=str(self.base_model)))
         if est is None:
@@ -455,7 +453,7 @@ class Doctor:
 
     def check_host_memory(self) -> Check:
         name = "host_memory"
-        if self.cfg is None or folder_checks.base_model_problems(self.base_model):
+        if self.cfg is None or pipeline_folder_problems(self.base_model):
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         counts = [safetensors_param_count(self.base_model / part) or 0 for part in ("text_encoder", "transformer", "vae")]
         weights = sum(counts) * (4 if self.cfg.framework.cosmos25.torch_dtype == "float32" else 2)

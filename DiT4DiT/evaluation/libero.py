@@ -19,6 +19,7 @@ import numpy as np
 
 from DiT4DiT.evaluation.observations import StateEncoder, side_by_side_views
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
+from DiT4DiT.logging_setup import configure_logging
 
 log = logging.getLogger("dit4dit.libero")
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     suites = [s for s in args.task_suites.split(",") if s]
     unknown = [s for s in suites if s not in MAX_STEPS]
     if unknown:

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.logging_setup import configure_logging
 
 log = logging.getLogger("dit4dit.metaworld")
 
@@ -401,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--wait_s", type=float, default=10.0, help="how long to wait for the server to accept")
     commands.add_parser("tasks", help="list the Meta-World v3 tasks")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL logs at INFO that an optional module is absent
     try:
         if args.command == "tasks":

@@ -23,6 +23,7 @@ from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
+from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy
 
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache_dir", default=None, help="index cache (default: the run's datasets.vla_data.cache_dir)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the flow-matching noise")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     overrides = [f"datasets.vla_data.data_mix={args.data_mix}"]
     if args.data_root_dir:
         overrides.append(f"datasets.vla_data.data_root_dir={args.data_root_dir}")

@@ -19,6 +19,7 @@ import numpy as np
 from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler
 from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
+from DiT4DiT.logging_setup import configure_logging
 
 log = logging.getLogger("dit4dit.robocasa")
 
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ensemble_alpha", type=float, default=0.1)
     parser.add_argument("--out", required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         from examples.Robocasa_tabletop.eval_files.simulation_env import (
             MultiStepConfig, SimulationConfig, SimulationInferenceEnv)

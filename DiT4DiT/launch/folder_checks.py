@@ -1,86 +1,14 @@
-"""Is a base-model snapshot or a data root complete enough to start training? (Standard library only.)
+"""Is a data root complete enough to start training? (Standard library only; the base model's folder is
+checked by DiT4DiT/pipeline_folder.py.)
 
-Shared by the launcher's preflight and the doctor, so a half-downloaded snapshot is reported in seconds,
-before 16 processes start, not as a stack trace after model loading. Each function returns one problem per
-item ([] when the folder is complete).
+Shared by the launcher's preflight and the doctor, so a missing dataset is reported in seconds, before 16
+processes start. Each function returns one problem per item ([] when the folder is complete).
 """
 
 from __future__ import annotations
 
-import json
-import struct
 import sys
 from pathlib import Path
-
-from DiT4DiT.facts import PIPELINE_PARTS
-
-WEIGHTED_PARTS = ("text_encoder", "transformer", "vae")
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
-
-
-def safetensors_problem(path: Path) -> str | None:
-    """Read the header of a .safetensors file: it must be JSON whose tensors end exactly at the file's end.
-
-    Costs one small read per file, so a truncated or garbage download is caught before any process starts.
-    """
-    size = path.stat().st_size
-    fix = "the download was interrupted or the file is damaged; download it again"
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            return f"{path}: {size} bytes, too short for a safetensors header; {fix}"
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > size - 8:
-            return f"{path}: not a safetensors file (header length {header_len} > file size {size}); {fix}"
-        try:
-            header = json.loads(handle.read(header_len))
-            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return f"{path}: not a safetensors file (unreadable header); {fix}"
-    if 8 + header_len + end != size:
-        return f"{path}: {size} bytes, but its header describes {8 + header_len + end}; {fix}"
-    return None
-
-
-def _shard_problems(part_dir: Path) -> list[str]:
-    problems: list[str] = []
-    indexes = sorted(part_dir.glob("*.index.json"))
-    for index in indexes:
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, AttributeError) as err:
-            problems.append(f"{index}: unreadable shard index ({err})")
-            continue
-        missing = sorted(s for s in shards if not (part_dir / s).is_file())
-        if missing:
-            problems.append(f"{part_dir}: {len(missing)} weight shard(s) missing, e.g. {missing[0]}")
-    if not indexes and not any(p.suffix in WEIGHT_SUFFIXES for p in part_dir.iterdir()):
-        problems.append(f"{part_dir}: no weight file (*.safetensors or *.bin)")
-    problems += filter(None, (safetensors_problem(p) for p in sorted(part_dir.glob("*.safetensors"))))
-    return problems
-
-
-def base_model_problems(folder: str | Path) -> list[str]:
-    """What is missing from a local Cosmos-Predict2.5 pipeline folder ([] when complete)."""
-    root = Path(folder)
-    if not root.is_dir():
-        return [f"{root}: base model folder does not exist"]
-    problems: list[str] = []
-    index = root / "model_index.json"
-    if not index.is_file():
-        problems.append(f"{index}: missing (not a diffusers pipeline snapshot)")
-    else:
-        try:
-            json.loads(index.read_text())
-        except ValueError as err:
-            problems.append(f"{index}: not valid JSON ({err}); the download was probably interrupted")
-    for part, config in PIPELINE_PARTS.items():
-        part_dir = root / part
-        if not (part_dir / config).is_file():
-            problems.append(f"{part_dir / config}: missing")
-        elif part in WEIGHTED_PARTS:
-            problems.extend(_shard_problems(part_dir))
-    return problems
 
 
 def dataset_folders(root: Path) -> list[Path]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from DiT4DiT.facts import TINY_DATA_DIR, TINY_MODEL_DIR, download_command
+from DiT4DiT.facts import TINY_DATA_DIR
 from DiT4DiT.launch import folder_checks
 from DiT4DiT.launch.host_kind import Host
+from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 PATCH_MARK = "from torch_npu.contrib import transfer_to_npu"
 MX_PATCHER_MODES = ("lean", "default", "off")
@@ -80,11 +81,7 @@ def folder_problems(base_model: str, data_root: str, data_mix: str | None, repo:
     if not base_model:
         problems.append("framework.cosmos25.base_model is not set: pass --base_model=DIR")
     else:
-        found = folder_checks.base_model_problems(repo / base_model)
-        if found:
-            fix = (f"python -m DiT4DiT.tools.tiny_cosmos --out {TINY_MODEL_DIR}" if _same(base_model, TINY_MODEL_DIR, repo)
-                   else download_command(base_model))
-            problems += [*found[:-1], f"{found[-1]}\n    fix: {fix}"]
+        problems += pipeline_folder_problems(base_model, relative_to=repo)
     if data_mix and folder_checks.names_files(data_mix):
         problems += [f"{found}\n    fix: give a LeRobot dataset folder, a folder of them or a mixture file"
                      for found in folder_checks.data_mix_problems(data_mix)]

@@ -31,6 +31,7 @@ import time
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
+from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.serving import wire
 from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy, RequestError
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     from DiT4DiT.serving.device import DeviceError, select_device
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    configure_logging()
     try:
         device = select_device(args.device)
         policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch)

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
+from DiT4DiT.logging_setup import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +465,7 @@ def size_settings(args: argparse.Namespace) -> dict:
 
 def run_cli(name: str, write) -> int:
     """Run a generator's `write()`, print the folders, turn bad settings into exit status 2."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    configure_logging()
     try:
         written = write()
     except (ValueError, FileExistsError) as exc:

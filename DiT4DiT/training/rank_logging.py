@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 
+from DiT4DiT import logging_setup
+
 RANK_SPECIFIC = {"rank_specific": True}
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(rank_tag)s%(message)s"
 
@@ -26,9 +28,8 @@ class RankFilter(logging.Filter):
 
 
 def configure_logging(level: int = logging.INFO) -> None:
-    """INFO to stderr through the rank filter (RANK / WORLD_SIZE as torchrun and accelerate launch set them)."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(FORMAT))
-    handler.addFilter(RankFilter(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    """The entry points' logging set-up through the rank filter (RANK / WORLD_SIZE as torchrun and accelerate
+    launch set them), Python warnings included."""
+    logging_setup.configure_logging(level, FORMAT, (RankFilter(int(os.environ.get("RANK", 0)),
+                                                               int(os.environ.get("WORLD_SIZE", 1))),))
     logging.captureWarnings(True)

@@ -25,6 +25,7 @@ from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework, share_tools
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.weights import load_trained_weights
+from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +91,16 @@ def run_config_overrides(config_path: Path, checkpoint: Path) -> list[str]:
 
 
 def load_run_config(checkpoint: str | Path) -> DictConfig:
-    """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes."""
+    """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes; its
+    base model folder (frozen modules reload from it) must be complete."""
     checkpoint = Path(checkpoint)
     share_tools.read_mode_config(checkpoint)  # both run files present, or a clear error
     config_path = checkpoint.parents[1] / "config.yaml"
-    return load_config(config_path, run_config_overrides(config_path, checkpoint))
+    config = load_config(config_path, run_config_overrides(config_path, checkpoint))
+    problems = pipeline_folder_problems(config.framework.cosmos25.base_model)
+    if problems:
+        raise RunFolderError(f"{config_path}: " + " | ".join(problems))
+    return config
 
 
 class baseframework:  # noqa: N801 (the original's class name, imported by its clients)

@@ -15,9 +15,6 @@ from typing import Any
 
 import torch
 
-from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.facts import PIPELINE_PARTS, download_command
-
 
 # transformer/config.json of the 2B snapshot (diffusers' Cosmos-2.5-Predict-Base-2B conversion): 2048 wide, 28 blocks.
 COSMOS_2B_TRANSFORMER_CONFIG = dict(
@@ -79,39 +76,6 @@ def text_encoder_attention(requested: str) -> str:
     return requested
 
 
-def check_pipeline_folder(folder: str | Path | None) -> Path:
-    """Raise ConfigError naming what is missing (and how to download it) unless `folder` is a complete pipeline."""
-    if folder is None or str(folder) == "":
-        raise ConfigError(
-            "framework.cosmos25.base_model is not set: point it at a local Cosmos-Predict2.5 pipeline folder, "
-            f"e.g. download one with `{download_command('playground/Pretrained_models/Cosmos-Predict2.5-2B')}` "
-            "or write the tiny one with `python -m DiT4DiT.tools.tiny_cosmos`"
-        )
-    path = Path(folder)
-    if not path.is_dir():
-        raise ConfigError(
-            f"framework.cosmos25.base_model={str(folder)!r}: no such folder; download it with `{download_command(path)}`"
-        )
-    if not (path / "model_index.json").is_file():
-        raise ConfigError(
-            f"framework.cosmos25.base_model={str(folder)!r} is not a diffusers pipeline folder (model_index.json is "
-            f"missing); download it with `{download_command(path)}`"
-        )
-    for component, marker in PIPELINE_PARTS.items():
-        if not (path / component / marker).is_file():
-            raise ConfigError(
-                f"framework.cosmos25.base_model={str(folder)!r} is incomplete: component '{component}' "
-                f"({component}/{marker}) is missing; download it with `{download_command(path)}`"
-            )
-    index = json.loads((path / "model_index.json").read_text())
-    if index.get("_class_name") != "Cosmos2_5_PredictBasePipeline":
-        raise ConfigError(
-            f"framework.cosmos25.base_model={str(folder)!r} holds a {index.get('_class_name')!r} pipeline, not "
-            f"Cosmos2_5_PredictBasePipeline; download the right one with `{download_command(path)}`"
-        )
-    return path
-
-
 @dataclass(frozen=True)
 class PipelineShape:
     """What the configs of a pipeline folder say about its sizes, read without loading any weights."""
@@ -121,8 +85,8 @@ class PipelineShape:
     temporal_factor: int  # the VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames
 
 
-def read_pipeline_shape(folder: str | Path | None) -> PipelineShape:
-    path = check_pipeline_folder(folder)
+def read_pipeline_shape(folder: str | Path) -> PipelineShape:
+    path = Path(folder)
     transformer = json.loads((path / "transformer" / "config.json").read_text())
     vae = json.loads((path / "vae" / "config.json").read_text())
     return PipelineShape(
@@ -133,16 +97,17 @@ def read_pipeline_shape(folder: str | Path | None) -> PipelineShape:
 
 
 def load_cosmos_components(
-    folder: str | Path | None,
+    folder: str | Path,
     torch_dtype: str,
     attn_implementation: str,
     local_files_only: bool = True,
 ) -> CosmosComponents:
-    """Load text encoder, tokenizer, transformer, VAE and scheduler from a pipeline folder."""
+    """Load text encoder, tokenizer, transformer, VAE and scheduler from a pipeline folder (checked complete by
+    DiT4DiT/pipeline_folder.py when the config loaded)."""
     from diffusers import Cosmos2_5_PredictBasePipeline
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    path = check_pipeline_folder(folder)
+    path = Path(folder)
     dtype = TORCH_DTYPES[torch_dtype]
     # The text encoder is loaded on its own so that its attention implementation can be chosen (the snapshot's
     # config may ask for flash_attention_2, which Ascend does not have).

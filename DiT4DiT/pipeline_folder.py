@@ -1,0 +1,107 @@
+"""Is a local Cosmos-Predict2.5 pipeline folder complete? The one answer the config check, the launcher's
+preflight, the doctor and run-folder loading share. (Standard library only.)
+
+It reads model_index.json and one small header per weight file, so a half-downloaded or damaged snapshot is
+named in seconds, before any process starts, not as a stack trace after model loading.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from DiT4DiT.facts import PIPELINE_PARTS, TINY_MODEL_DIR, download_command
+
+KEY = "framework.cosmos25.base_model"
+PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"
+WEIGHTED_PARTS = ("text_encoder", "transformer", "vae")
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+TINY_COMMAND = "python -m DiT4DiT.tools.tiny_cosmos"
+
+
+def how_to_get(folder: str | Path, exists: bool) -> str:
+    """The command that (re)writes `folder`: the tiny pipeline's generator where the folder has its name."""
+    if Path(folder).name == Path(TINY_MODEL_DIR).name:
+        return f"{TINY_COMMAND} --out {folder}" + (" --overwrite" if exists else "")
+    return download_command(folder)
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Read the header of a .safetensors file: it must be JSON whose tensors end exactly at the file's end."""
+    size = path.stat().st_size
+    damaged = "an interrupted download or a damaged file"
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            return f"{path}: {size} bytes, too short for a safetensors header: {damaged}"
+        (header_len,) = struct.unpack("<Q", prefix)
+        if header_len > size - 8:
+            return f"{path}: not a safetensors file (header length {header_len} > file size {size}): {damaged}"
+        try:
+            header = json.loads(handle.read(header_len))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return f"{path}: not a safetensors file (unreadable header): {damaged}"
+    if 8 + header_len + end != size:
+        return f"{path}: {size} bytes, but its header describes {8 + header_len + end}: {damaged}"
+    return None
+
+
+def _weight_problems(part_dir: Path, fix: str) -> list[str]:
+    """Missing weight files and shards (get them), damaged ones (delete them first: a download skips them)."""
+    problems: list[str] = []
+    indexes = sorted(part_dir.glob("*.index.json"))
+    for index in indexes:
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError) as err:
+            problems.append(f"{index}: unreadable shard index ({err}); fix: delete it, then {fix}")
+            continue
+        missing = sorted(s for s in shards if not (part_dir / s).is_file())
+        if missing:
+            problems.append(f"{part_dir}: {len(missing)} weight shard(s) missing, e.g. {missing[0]}; fix: {fix}")
+    if not indexes and not any(p.suffix in WEIGHT_SUFFIXES for p in part_dir.iterdir()):
+        problems.append(f"{part_dir}: no weight file (*.safetensors or *.bin); fix: {fix}")
+    damaged = filter(None, (safetensors_problem(p) for p in sorted(part_dir.glob("*.safetensors"))))
+    return problems + [f"{problem}; fix: delete it, then {fix}" for problem in damaged]
+
+
+def pipeline_folder_problems(folder: str | Path | None, relative_to: Path | None = None) -> list[str]:
+    """What keeps `folder` from being a complete Cosmos-Predict2.5 pipeline, one line per problem naming the file
+    and ending with the command that gets it ([] when complete).
+
+    A relative `folder` is looked up under `relative_to` (default: the working directory); the commands name it
+    as given.
+    """
+    if folder is None or str(folder) == "":
+        return [f"{KEY} is not set: pass --{KEY} DIR, a local Cosmos-Predict2.5 pipeline folder (download one with "
+                f"`{download_command('playground/Pretrained_models/Cosmos-Predict2.5-2B')}` or write the tiny one "
+                f"with `{TINY_COMMAND}`)"]
+    path = Path(relative_to or "") / folder
+    if path.exists() and not path.is_dir():
+        return [f"{KEY}: '{folder}' is a file, not a folder; point it at the pipeline folder"]
+    if not path.is_dir():
+        fix = how_to_get(folder, exists=False)
+        tiny = "" if fix.startswith(TINY_COMMAND) else f" (or, for a smoke run, the tiny one: {TINY_COMMAND} --out {folder})"
+        return [f"{KEY}: folder '{folder}' does not exist; fix: {fix}{tiny}"]
+    fix = how_to_get(folder, exists=True)
+    index = path / "model_index.json"
+    if not index.is_file():
+        return [f"{KEY}='{folder}' is not a diffusers pipeline folder ({index} is missing); fix: {fix}"]
+    try:
+        pipeline = json.loads(index.read_text()).get("_class_name")
+    except (OSError, ValueError, AttributeError) as err:
+        return [f"{index}: not valid JSON ({err}), the download was probably interrupted; fix: {fix}"]
+    if pipeline != PIPELINE_CLASS:
+        return [f"{KEY}='{folder}' holds a {pipeline!r} pipeline, not {PIPELINE_CLASS}; fix: {fix}"]
+    problems: list[str] = []
+    missing = [part for part, marker in PIPELINE_PARTS.items() if not (path / part / marker).is_file()]
+    if missing:
+        named = ", ".join(f"'{part}' ({part}/{PIPELINE_PARTS[part]})" for part in missing)
+        problems.append(f"{KEY}='{folder}' is incomplete: component{'s' * (len(missing) > 1)} {named} "
+                        f"{'are' if len(missing) > 1 else 'is'} missing; fix: {fix}")
+    for part in WEIGHTED_PARTS:
+        if part not in missing:
+            problems += _weight_problems(path / part, fix)
+    return problems
