@@ -102,7 +102,7 @@ def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, tr
         policy.reset()
         env.reset()
         obs = env.set_init_state(init_states[trial])
-        done, steps, frames = False, 0, []
+        done, steps, frames, started = False, 0, [], time.monotonic()
         for t in range(max_steps + num_steps_wait):
             if t < num_steps_wait:
                 obs, _, done, _ = env.step(DUMMY_ACTION)
@@ -117,7 +117,8 @@ def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, tr
         outcomes.append(bool(done))
         if record is not None:
             record.append((steps, frames))
-        log.info("task %r trial %d: %s in %d steps", instruction, trial, "success" if done else "failure", steps)
+        log.info("task %r trial %d: %s in %d steps (%.1f s from the initial state)", instruction, trial,
+                 "success" if done else "failure", steps, time.monotonic() - started)
     return outcomes
 
 
