@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -77,6 +78,35 @@ def server(libero_ckpt):
         process.wait(timeout=60)
 
 
+def libero(*args: str, python: Path = LIBERO_PYTHON) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-m", "DiT4DiT.evaluation.libero", *args], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=900)
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unknown_suite_a_missing_server_and_a_missing_simulator_are_one_line_errors(tmp_path):
+    unknown = libero("--task_suite", "libero_spatail", "--out", str(tmp_path))
+    assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == error_lines(unknown)
+    assert "'libero_spatail'" in unknown.stderr and "closest: libero_spatial" in unknown.stderr
+    port = free_port()
+    down = libero("--port", str(port), "--wait_s", "1", "--task_suite", SUITE, "--out", str(tmp_path))
+    assert down.returncode == 1 and len(error_lines(down)) == 1
+    assert f"no policy server at ws://127.0.0.1:{port}" in error_lines(down)[0]
+    assert down.stderr.strip().splitlines()[-1] == error_lines(down)[0]
+    missing = libero("--port", str(port), "--out", str(tmp_path), python=Path(sys.executable))  # no LIBERO there
+    assert missing.returncode == 1 and "make libero-env" in error_lines(missing)[0]
+    assert not list(tmp_path.iterdir())  # nothing written by any of them
+
+
 def action_range(meta) -> tuple[np.ndarray, np.ndarray]:
     """The dataset's action min / max (robot units) the served actions must stay within, 7 dims."""
     stats = meta["statistics"]["action"]
@@ -86,10 +116,8 @@ def action_range(meta) -> tuple[np.ndarray, np.ndarray]:
 def test_one_episode_through_our_adapter_writes_the_originals_layout_and_our_summary(server, tmp_path):
     port, meta = server
     out = tmp_path / "ours"
-    result = subprocess.run([str(LIBERO_PYTHON), "-m", "DiT4DiT.evaluation.libero", "--port", str(port),
-                             "--task_suite", SUITE, "--tasks", str(TASK), "--num_trials_per_task", "1",
-                             "--max_steps", str(STEPS), "--num_steps_wait", str(WAIT), "--fast_render",
-                             "--out", str(out)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+    result = libero("--port", str(port), "--task_suite", SUITE, "--tasks", str(TASK), "--num_trials_per_task", "1",
+                    "--max_steps", str(STEPS), "--num_steps_wait", str(WAIT), "--fast_render", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["suite"] == SUITE and summary["task"] == str(TASK) and summary["policy"] == "server"
@@ -162,10 +190,10 @@ ORIGINAL_EPISODE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(not os.environ.get(ORIGINAL_ENV),
+                    reason=f"set {ORIGINAL_ENV} to a checkout of the original DiT4DiT to run its LIBERO client")
 def test_one_episode_through_the_originals_client(server, libero_ckpt, tmp_path):
-    original = os.environ.get(ORIGINAL_ENV)
-    if not original:
-        pytest.skip(f"set {ORIGINAL_ENV} to a checkout of the original DiT4DiT to run its LIBERO client")
+    original = os.environ[ORIGINAL_ENV]
     port, meta = server
     script = tmp_path / "original_episode.py"
     script.write_text(ORIGINAL_EPISODE)
