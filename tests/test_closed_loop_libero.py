@@ -148,7 +148,8 @@ def test_one_episode_through_our_adapter_writes_the_originals_layout_and_our_sum
     if original:  # the original's own summary script reads our log
         parsed = subprocess.run([sys.executable, str(Path(original) / "utils" / "calculate_libero_success_rate.py"),
                                  "--log_dir", str(out)], capture_output=True, text=True, timeout=60)
-        assert parsed.returncode == 0 and f"{TASK_LANGUAGE}: {summary['success_rate']:.2f}" in parsed.stdout, parsed.stdout
+        assert parsed.returncode == 0, parsed.stdout
+        assert f"{TASK_LANGUAGE}: {summary['success_rate']:.2f}" in parsed.stdout, parsed.stdout
         assert "Total tasks: 1" in parsed.stdout
 
 
@@ -160,7 +161,7 @@ ORIGINAL_EPISODE = textwrap.dedent("""
     from libero.libero import benchmark
     from examples.LIBERO.eval_files import eval_libero as original
 
-    ckpt, port, task_id, steps, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    ckpt, (port, task_id, steps, wait) = sys.argv[1], map(int, sys.argv[2:6])
     suite = benchmark.get_benchmark_dict()["libero_spatial"]()
     env, description = original._get_libero_env(suite.get_task(task_id), original.LIBERO_ENV_RESOLUTION, 7)
     client = original.ModelClient(policy_ckpt_path=ckpt, host="127.0.0.1", port=port, image_size=[224, 224])

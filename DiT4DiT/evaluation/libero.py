@@ -205,6 +205,10 @@ def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, t
     benchmark, get_libero_path, OffScreenRenderEnv = libero_simulator()
     suite = benchmark.get_benchmark_dict()[suite_name]()
     chosen = task_ids(tasks, suite.n_tasks, suite_name)
+    for task_id in chosen:
+        if trials > len(suite.get_task_init_states(task_id)):
+            raise BadArgument(f"--num_trials_per_task {trials}: {suite_name} task {task_id} has "
+                              f"{len(suite.get_task_init_states(task_id))} initial states")
     budget = MAX_STEPS[suite_name] if max_steps is None else max_steps
     client = connect(f"{host}:{port}", wait_s)
     out = Path(out)
@@ -220,9 +224,6 @@ def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, t
         for task_id in chosen:
             task = suite.get_task(task_id)
             init_states = suite.get_task_init_states(task_id)
-            if trials > len(init_states):
-                raise BadArgument(f"--num_trials_per_task {trials}: {suite_name} task {task_id} has "
-                                  f"{len(init_states)} initial states")
             bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
             env = OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=ENV_RESOLUTION,
                                      camera_widths=ENV_RESOLUTION)
