@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli_runs import error_lines, free_port
 from helpers.fixtures_serving import server_process, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,16 +81,6 @@ def server(libero_ckpt):
 def libero(*args: str, python: Path = LIBERO_PYTHON) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-m", "DiT4DiT.evaluation.libero", *args], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=900)
-
-
-def error_lines(result: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_an_unknown_suite_a_missing_server_and_a_missing_simulator_are_one_line_errors(tmp_path):
