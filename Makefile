@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast test-patched bench sim-env sim-system-packages
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast test-patched bench sim-env sim-system-packages libero-env test-libero
 
 venv: $(VENV)/.installed
 
@@ -81,3 +81,23 @@ sim-system-packages:
 		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $$missing >/dev/null; } || \
 		echo "warning: could not install $$missing; headless rendering needs EGL (libegl1) or OSMesa (libosmesa6)"; \
 	else echo "warning: install $$missing (Debian) for headless rendering: sudo apt-get install $$missing"; fi
+
+# LIBERO's own environment (docs/closed-loop.md): the simulator (mujoco 2.3.7, numpy 1.26), our client and the
+# original eval_libero.py's imports, no torch. The original's client also imports torch to read a run's config: a
+# .pth file puts the training environment's packages after .venv-libero's own, so its pins win where both have one.
+LIBERO_VENV := .venv-libero
+
+libero-env: $(LIBERO_VENV)/.installed
+
+$(LIBERO_VENV)/.installed: requirements-libero.txt
+	$(MAKE) sim-system-packages
+	$(PYTHON) -m venv $(LIBERO_VENV)
+	$(LIBERO_VENV)/bin/pip install -q -r requirements-libero.txt
+	$(LIBERO_VENV)/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], \
+		'dit4dit-training-env.pth').write_text(sysconfig.get_paths(vars={'base': '$(abspath $(VENV))'})['purelib'] + '\n')"
+	touch $@
+
+# One short LIBERO episode through our adapter and one through the original's client (DIT4DIT_ORIGINAL=its
+# checkout); not part of `make test`: the environment is 2.2 GB.
+test-libero: libero-env
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q tests/test_closed_loop_libero.py $(PYTEST_ARGS)

@@ -1,23 +1,31 @@
 """LIBERO through the policy server: observations -> requests, whole action chunks executed in order, success rates.
 
-    python -m DiT4DiT.evaluation.libero --port 10093 --out results/libero [--task_suites libero_spatial,libero_goal]
+    python -m DiT4DiT.evaluation.libero --port 10093 --task_suite libero_spatial --num_trials_per_task 50 \
+        --out results/libero [--tasks 0,3] [--max_steps 220] [--fast_render]
 
-needs the LIBERO simulator (not part of this repository's requirements) and a running
-`python -m DiT4DiT.serving.server`. Every task writes its result as it finishes; the summary
-(`success_rate_summary.json` / `.txt`) is written at the end (`python -m DiT4DiT.evaluation.summary` redoes it).
+Runs in `.venv-libero` (`make libero-env`; no torch there) next to a running `python -m DiT4DiT.serving.server`,
+and renders headless (MUJOCO_GL=egl, else osmesa). OUT gets, as each task finishes, `<suite>__<task>.result.json`
+and the original's layout: `eval_libero_<suite>.log` (the lines its utils/calculate_libero_success_rate.py reads)
+and `rollout_<task>_episode<i>_<success|failure>.mp4`; at the end `summary.json` (the Meta-World adapter's
+format), `success_rate_summary.json` / `.txt` and `frames.png`.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import math
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from DiT4DiT.evaluation.observations import StateEncoder, side_by_side_views
+from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.evaluation.metaworld import BadArgument, SimulatorError, connect, select_gl_backend
+from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
 from DiT4DiT.logging_setup import configure_logging
 
@@ -27,6 +35,7 @@ log = logging.getLogger("dit4dit.libero")
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 DUMMY_ACTION = [0.0] * 6 + [-1.0]  # hold still, gripper open, while objects settle
 ENV_RESOLUTION = 256
+VIDEO_FPS = 10  # the original's replay videos
 
 
 def quaternion_to_axis_angle(quat) -> np.ndarray:
@@ -53,8 +62,9 @@ class LiberoPolicy:
     def __init__(self, client):
         self.client = client
         meta = client.metadata
-        self.size, self.chunk = int(meta["image_size"]), int(meta["action_chunk"])
+        self.chunk = int(meta["action_chunk"])
         self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
+        self.latencies_s: list[float] = []
         self._actions: np.ndarray | None = None
         self._step = 0
 
@@ -64,10 +74,15 @@ class LiberoPolicy:
     def act(self, views: list[np.ndarray], state: np.ndarray, instruction: str) -> list[float]:
         """The env action for this step: 6 deltas and the gripper (-1 open, +1 close, LIBERO's convention)."""
         if self._step % self.chunk == 0:
-            example = {"image": [side_by_side_views(views, self.size)], "lang": instruction}
+            example = {**camera_fields(views, self.client.metadata), "lang": instruction}
             if self.encode_state is not None:
                 example["state"] = self.encode_state(state)
-            self._actions = self.client.infer([example])["actions"][0]
+            started = time.perf_counter()
+            try:
+                self._actions = self.client.infer([example])["actions"][0]
+            except Exception as error:  # a server error or a dropped connection ends the evaluation
+                raise SimulatorError(f"the policy server failed on a request: {error}") from None
+            self.latencies_s.append(time.perf_counter() - started)
         action = np.asarray(self._actions[self._step % self.chunk], dtype=np.float64)
         self._step += 1
         if action.size < 7:
@@ -77,72 +92,206 @@ class LiberoPolicy:
 
 
 def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, trials: int, max_steps: int,
-                    num_steps_wait: int = 10) -> list[bool]:
-    """Episode outcomes of one task: each starts from init_states[i], waits, then follows the policy."""
+                    num_steps_wait: int = 10, record: list | None = None, keep_frames: int = 0) -> list[bool]:
+    """Episode outcomes of one task: each starts from init_states[i], waits, then follows the policy.
+
+    `record`, when given, receives (policy steps taken, agent-view frames) per episode, frames for the first
+    `keep_frames` episodes only.
+    """
     outcomes = []
     for trial in range(trials):
         policy.reset()
         env.reset()
         obs = env.set_init_state(init_states[trial])
-        done = False
+        done, steps, frames, started = False, 0, [], time.monotonic()
         for t in range(max_steps + num_steps_wait):
             if t < num_steps_wait:
                 obs, _, done, _ = env.step(DUMMY_ACTION)
                 continue
             views, state = libero_observation(obs)
+            if trial < keep_frames:
+                frames.append(views[0])
             obs, _, done, _ = env.step(policy.act(views, state, instruction))
+            steps += 1
             if done:
                 break
         outcomes.append(bool(done))
-        log.info("task %r trial %d: %s", instruction, trial, "success" if done else "failure")
+        if record is not None:
+            record.append((steps, frames))
+        log.info("task %r trial %d: %s in %d steps (%.1f s from the initial state)", instruction, trial,
+                 "success" if done else "failure", steps, time.monotonic() - started)
     return outcomes
 
 
-def _libero_suites():
+class FastRendering:
+    """A LIBERO env whose renders skip shadows, reflections and off-screen multisampling (software GL spends most
+    of a frame on them). Every reset loads a new model and render context, so each reset applies it again."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def reset(self):
+        import mujoco
+
+        result = self.env.reset()
+        sim = self.env.env.sim
+        sim.model._model.vis.quality.shadowsize = 0
+        sim.model._model.vis.quality.offsamples = 0
+        context = sim._render_context_offscreen
+        context.con.free()
+        context._set_mujoco_context_and_buffers()  # the buffers read offsamples when they are made
+        for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
+            context.scn.flags[flag] = False
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+
+class ResultLog:
+    """eval_libero_<suite>.log in the original's wording, which utils/calculate_libero_success_rate.py parses."""
+
+    def __init__(self, out: Path, suite: str):
+        self.path = Path(out) / f"eval_libero_{suite}.log"
+        self.path.write_text("")
+
+    def line(self, message: str) -> None:
+        with self.path.open("a") as handle:
+            handle.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} INFO {message}\n")
+
+
+def write_video(path: Path, frames: list[np.ndarray]) -> None:
+    import imageio
+
+    imageio.mimwrite(path, frames, fps=VIDEO_FPS)
+
+
+def libero_simulator():
+    """(benchmark, get_libero_path, OffScreenRenderEnv) from the installed LIBERO, or a SimulatorError saying how."""
+    select_gl_backend()
     try:
         from libero.libero import benchmark, get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
     except ImportError as error:
-        raise SystemExit(f"error: the LIBERO simulator is not importable ({error}); install LIBERO "
-                         "(github.com/Lifelong-Robot-Learning/LIBERO) and put it on PYTHONPATH") from None
+        raise SimulatorError(f"the LIBERO simulator is not importable ({error}); build its environment with "
+                             "`make libero-env` and run this with .venv-libero/bin/python") from None
     return benchmark, get_libero_path, OffScreenRenderEnv
 
 
-def main(argv: list[str] | None = None) -> int:
-    from DiT4DiT.serving.client import PolicyClient
+def task_ids(spec: str | None, n_tasks: int, suite: str) -> list[int]:
+    if not spec:
+        return list(range(n_tasks))
+    try:
+        ids = [int(part) for part in spec.split(",") if part]
+    except ValueError:
+        raise BadArgument(f"--tasks {spec!r}: give task numbers, e.g. 0,3") from None
+    wrong = [i for i in ids if not 0 <= i < n_tasks]
+    if wrong or not ids:
+        raise BadArgument(f"--tasks {spec!r}: {suite} has tasks 0..{n_tasks - 1}")
+    return ids
 
+
+def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, tasks: str | None = None,
+             max_steps: int | None = None, num_steps_wait: int = 10, seed: int = 7, videos: int = 1,
+             fast_render: bool = False, wait_s: float = 10.0) -> dict:
+    """Run `trials` episodes of each chosen task of one suite; write the result files into out, return summary.json."""
+    from DiT4DiT.evaluation.closed_loop_report import write_frame_strip, write_summary
+
+    if suite_name not in MAX_STEPS:
+        close = difflib.get_close_matches(suite_name, list(MAX_STEPS), n=1)
+        raise BadArgument(f"--task_suite {suite_name!r} is not a LIBERO suite; use one of {', '.join(MAX_STEPS)}"
+                          + (f" (closest: {close[0]})" if close else ""))
+    if trials < 1:
+        raise BadArgument(f"--num_trials_per_task {trials}: run at least 1 episode per task")
+    benchmark, get_libero_path, OffScreenRenderEnv = libero_simulator()
+    suite = benchmark.get_benchmark_dict()[suite_name]()
+    chosen = task_ids(tasks, suite.n_tasks, suite_name)
+    for task_id in chosen:
+        if trials > len(suite.get_task_init_states(task_id)):
+            raise BadArgument(f"--num_trials_per_task {trials}: {suite_name} task {task_id} has "
+                              f"{len(suite.get_task_init_states(task_id))} initial states")
+    budget = MAX_STEPS[suite_name] if max_steps is None else max_steps
+    client = connect(f"{host}:{port}", wait_s)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    result_log = ResultLog(out, suite_name)
+    np.random.seed(seed)
+    outcomes, lengths, strips, started = [], [], [], time.monotonic()
+    try:
+        policy = LiberoPolicy(client)
+        if int(client.metadata["action_dim"]) < 7:
+            raise SimulatorError(f"the served model returns {client.metadata['action_dim']}-dim actions; LIBERO "
+                                 "needs 7 (6 deltas + gripper): serve a model trained on the libero_franka layout")
+        for task_id in chosen:
+            task = suite.get_task(task_id)
+            init_states = suite.get_task_init_states(task_id)
+            bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+            env = OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=ENV_RESOLUTION,
+                                     camera_widths=ENV_RESOLUTION)
+            env.seed(seed)  # the seed moves objects even from a fixed initial state
+            if fast_render:
+                env = FastRendering(env)
+            result_log.line(f"Task: {task.language}")
+            record: list = []
+            try:
+                task_outcomes = run_libero_task(policy, env, task.language, init_states, trials, budget,
+                                                num_steps_wait, record=record, keep_frames=videos)
+            finally:
+                env.close()
+            for episode, (won, (steps, frames)) in enumerate(zip(task_outcomes, record)):
+                if frames:
+                    suffix = "success" if won else "failure"
+                    write_video(out / f"rollout_{task.language.replace(' ', '_')}_episode{episode}_{suffix}.mp4",
+                                frames)
+                    if len(strips) < 3:
+                        strips.append(frames)
+                lengths.append(steps)
+            outcomes += task_outcomes
+            write_task_result(out, suite_name, task.language, task_outcomes)
+            result_log.line(f"Current task success rate: {sum(task_outcomes) / len(task_outcomes)}")
+            result_log.line(f"Current total success rate: {sum(outcomes) / len(outcomes)}")
+        result_log.line(f"Total success rate: {sum(outcomes) / len(outcomes)}")
+        result_log.line(f"Total episodes: {len(outcomes)}")
+    finally:
+        client.close()
+    summary = write_summary(out, suite_name, ",".join(map(str, chosen)), outcomes, lengths,
+                            latencies_s=policy.latencies_s, wall_s=time.monotonic() - started, policy="server",
+                            server=f"{host}:{port}", max_steps=budget, image_size=ENV_RESOLUTION, seed=seed,
+                            trials_per_task=trials, fast_render=fast_render)
+    summarize(out)
+    if strips:
+        write_frame_strip(out / "frames.png", strips)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.libero", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=10093)
-    parser.add_argument("--task_suites", default="libero_spatial,libero_object,libero_goal,libero_10")
+    parser.add_argument("--task_suite", default="libero_spatial", help=", ".join(MAX_STEPS))
+    parser.add_argument("--tasks", help="task numbers of the suite to run, e.g. 0,3 (default: all)")
     parser.add_argument("--num_trials_per_task", type=int, default=50)
-    parser.add_argument("--num_steps_wait", type=int, default=10)
+    parser.add_argument("--max_steps", type=int, help="policy steps per episode (default: the suite's budget)")
+    parser.add_argument("--num_steps_wait", type=int, default=10, help="steps holding still while objects settle")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", required=True, help="folder for per-task results and the summary")
+    parser.add_argument("--videos", type=int, default=1, help="episodes per task saved as rollout videos")
+    parser.add_argument("--fast_render", action="store_true",
+                        help="no shadows, reflections or multisampling: faster on software GL, images differ slightly")
+    parser.add_argument("--wait_s", type=float, default=10.0, help="how long to wait for the server to accept")
+    parser.add_argument("--out", type=Path, required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
     configure_logging()
-    suites = [s for s in args.task_suites.split(",") if s]
-    unknown = [s for s in suites if s not in MAX_STEPS]
-    if unknown:
-        print(f"error: unknown task suite(s) {unknown}; known: {sorted(MAX_STEPS)}", file=sys.stderr)
-        return 2
-    benchmark, get_libero_path, OffScreenRenderEnv = _libero_suites()
-    np.random.seed(args.seed)
-    with PolicyClient(args.host, args.port) as client:
-        policy = LiberoPolicy(client)
-        for suite_name in suites:
-            suite = benchmark.get_benchmark_dict()[suite_name]()
-            for task_id in range(suite.n_tasks):
-                task = suite.get_task(task_id)
-                bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
-                env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=ENV_RESOLUTION,
-                                         camera_widths=ENV_RESOLUTION)
-                env.seed(args.seed)  # the seed moves objects even from a fixed initial state
-                outcomes = run_libero_task(policy, env, task.language, suite.get_task_init_states(task_id),
-                                           args.num_trials_per_task, MAX_STEPS[suite_name], args.num_steps_wait)
-                env.close()
-                write_task_result(Path(args.out), suite_name, task.language, outcomes)
-    print(render(summarize(Path(args.out))), end="")
+    try:
+        summary = evaluate(args.task_suite, args.num_trials_per_task, args.out, host=args.host, port=args.port,
+                           tasks=args.tasks, max_steps=args.max_steps, num_steps_wait=args.num_steps_wait,
+                           seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s)
+    except DiT4DiTError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    print(render(summarize(args.out)), end="")
+    low, high = summary["ci95"]
+    print(f"{args.task_suite}: {summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} "
+          f"(95% interval {low:.0%}-{high:.0%}) -> {args.out}/summary.json")
     return 0
 
 

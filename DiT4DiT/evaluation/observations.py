@@ -14,11 +14,6 @@ def resized_views(views, size: int) -> list[np.ndarray]:
             for view in views]
 
 
-def side_by_side_views(views, size: int) -> np.ndarray:
-    """(size, size x views, 3) uint8: each view area-resized to size x size, concatenated along the width."""
-    return np.concatenate(resized_views(views, size), axis=1)
-
-
 def camera_fields(views, metadata: dict) -> dict:
     """An example's camera field for the served run, from the server's metadata: the views (in the data config's
     camera order) area-resized to `image_size`, then for a run trained side_by_side (or a server that names no
