@@ -79,8 +79,17 @@ ROWS = [
              ("framework.cosmos25.base_model is not set", DOWNLOAD, "python -m DiT4DiT.tools.tiny_cosmos")),
 ]
 
-# A copy of the tiny pipeline at {tmp}/model, broken by the row: found when the config loads, not by the model.
+# A copy of the tiny pipeline at {tmp}/model, broken by the row or not matching its keys: found when the config
+# loads, not by the model.
 MODEL_FOLDER_ROWS = [
+    BadInput("extract layer beyond the transformer", ("--framework.cosmos25.extract_layer=4",), 2,
+             ("framework.cosmos25.extract_layer=4 is out of range", "4 blocks", "valid range is 0..3")),
+    BadInput("backbone width not the transformer's", ("--framework.cosmos25.vl_hidden_dim=2048",
+             "--framework.action_model.diffusion_model_cfg.cross_attention_dim=2048"), 2,
+             ("framework.cosmos25.vl_hidden_dim=2048", "is 32 wide", "set vl_hidden_dim to 32")),
+    BadInput("video mode without future frames", ("--framework.cosmos25.training=video",
+             "--datasets.vla_data.video_delta_indices=[0]"), 2,
+             ("framework.cosmos25.training=video needs at least 5 frames per sample", "give 1")),
     BadInput("base model folder missing", ("--framework.cosmos25.base_model={tmp}/nowhere",), 2,
              ("framework.cosmos25.base_model: folder '", "nowhere' does not exist", f"fix: {DOWNLOAD} ")),
     BadInput("no model_index.json", (), 2, ("not a diffusers pipeline folder", "model_index.json is missing", DOWNLOAD),

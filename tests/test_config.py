@@ -333,8 +333,14 @@ def _valid(tmp_path, *overrides):
                                   f"datasets.vla_data.data_root_dir={tmp_path / 'data'}", *overrides])
 
 
+def _on_tiny(tiny_pipeline_dir):
+    """RoboTwin's keys with the tiny pipeline as base model: its transformer is 4 blocks of width 32."""
+    return [f"framework.cosmos25.base_model={tiny_pipeline_dir}", "framework.cosmos25.extract_layer=2",
+            "framework.cosmos25.vl_hidden_dim=32", "framework.action_model.diffusion_model_cfg.cross_attention_dim=32"]
+
+
 def test_a_valid_training_launch_passes(tmp_path, tiny_pipeline_dir):
-    assert validate_training_config(_valid(tmp_path, f"framework.cosmos25.base_model={tiny_pipeline_dir}")) == []
+    assert validate_training_config(_valid(tmp_path, *_on_tiny(tiny_pipeline_dir))) == []
 
 
 @pytest.mark.parametrize(
@@ -356,7 +362,7 @@ def test_a_training_launchs_folders_and_files_must_exist(tmp_path, overrides, me
 
 def test_a_warm_up_longer_than_the_run_is_a_warning_not_an_error(tmp_path, tiny_pipeline_dir):
     warnings_ = validate_training_config(_valid(tmp_path, "trainer.max_train_steps=100", "trainer.save_interval=100",
-                                                f"framework.cosmos25.base_model={tiny_pipeline_dir}"))
+                                                *_on_tiny(tiny_pipeline_dir)))
     assert warnings_ == ["trainer.num_warmup_steps (5000) exceeds trainer.max_train_steps (100): "
                          "the learning rate never reaches its peak in this run"]
 
@@ -382,7 +388,7 @@ def test_values_of_the_wrong_type_are_named(override, message):
 
 def test_save_interval_longer_than_the_run_is_a_warning(tmp_path, tiny_pipeline_dir):
     warnings = validate_training_config(_valid(tmp_path, "trainer.save_interval=200", "trainer.max_train_steps=100",
-                                               "trainer.num_warmup_steps=10", f"framework.cosmos25.base_model={tiny_pipeline_dir}"))
+                                               "trainer.num_warmup_steps=10", *_on_tiny(tiny_pipeline_dir)))
     assert warnings == ["trainer.save_interval (200) is larger than the run (trainer.max_train_steps=100): only the "
                         "final checkpoint (step 100) is written"]
 

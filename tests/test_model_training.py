@@ -89,13 +89,6 @@ def test_joint_mode_with_one_frame_has_no_video_loss(tiny_model_cfg, tiny_exampl
     assert set(model(tiny_examples(cfg))) == {"action_loss"}
 
 
-def test_video_mode_needs_future_frames(tiny_model_cfg):
-    with pytest.raises(ConfigError, match="training=video needs at least 5 frames"):
-        build_framework(
-            tiny_model_cfg("framework.cosmos25.training=video", "datasets.vla_data.video_delta_indices=[0]")
-        )
-
-
 def test_predict_action_shape(tiny_model_cfg, tiny_examples):
     cfg = tiny_model_cfg()
     model = build_framework(cfg)

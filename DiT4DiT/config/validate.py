@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR
+from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR, latent_frame_count, num_output_frames
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
@@ -134,6 +134,24 @@ def check_folder_path(key: str, folder: Path) -> None:
             return
 
 
+def check_backbone_fits(cfg: DictConfig) -> None:
+    """The backbone keys agree with the sizes the (complete) base model folder's configs declare."""
+    from DiT4DiT.model.modules.cosmos_pipeline import read_pipeline_shape
+
+    cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
+    shape = read_pipeline_shape(cosmos.base_model)
+    _require(0 <= cosmos.extract_layer < shape.num_blocks,
+             f"framework.cosmos25.extract_layer={cosmos.extract_layer} is out of range: the transformer has "
+             f"{shape.num_blocks} blocks, so the valid range is 0..{shape.num_blocks - 1}")
+    _require(cosmos.vl_hidden_dim == shape.hidden_size,
+             f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
+             f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}")
+    frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+    _require(cosmos.training != "video" or latent_frame_count(frames, shape.temporal_factor) >= 2,
+             f"framework.cosmos25.training=video needs at least {1 + shape.temporal_factor} frames per sample, "
+             f"but datasets.vla_data.video_delta_indices / action_video_freq_ratio give {frames}")
+
+
 def validate_training_config(cfg: DictConfig) -> list[str]:
     """The folders and files a training launch reads exist and the base model's folder is complete (ConfigError
     otherwise); warnings for odd but legal values."""
@@ -153,6 +171,7 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
                  f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
     problems = pipeline_folder_problems(cosmos.base_model)  # last: it reads a header per weight file
     _require(not problems, " | ".join(problems))
+    check_backbone_fits(cfg)
     warnings = []
     if trainer.save_interval > trainer.max_train_steps:
         warnings.append(f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.facts import is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
@@ -406,25 +405,10 @@ class CosmosBackboneInterface(nn.Module):
         super().__init__()
         self.training_mode = cosmos.training
         fm = cosmos.flow_matching
-        # Everything checkable from the folder's configs is checked before the (large) weights load.
+        # extract_layer, vl_hidden_dim and the frame count were checked against the folder's configs when the
+        # config loaded (config/validate.py check_backbone_fits).
         shape = read_pipeline_shape(cosmos.base_model)
-        extract_layer = cosmos.extract_layer
-        if not 0 <= extract_layer < shape.num_blocks:
-            raise ConfigError(
-                f"framework.cosmos25.extract_layer={extract_layer} is out of range: the transformer has "
-                f"{shape.num_blocks} blocks, so the valid range is 0..{shape.num_blocks - 1}"
-            )
-        if cosmos.vl_hidden_dim != shape.hidden_size:
-            raise ConfigError(
-                f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
-                f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}"
-            )
         self.num_frames_out = num_frames_out
-        if self.training_mode == "video" and latent_frame_count(self.num_frames_out, shape.temporal_factor) < 2:
-            raise ConfigError(
-                f"framework.cosmos25.training=video needs at least {1 + shape.temporal_factor} frames per sample, "
-                f"but datasets.vla_data.video_delta_indices / action_video_freq_ratio give {self.num_frames_out}"
-            )
         message = wasted_frames_message(self.num_frames_out, shape.temporal_factor)
         if message is not None:
             warnings.warn(message, FrameCountWarning, stacklevel=2)
@@ -438,7 +422,7 @@ class CosmosBackboneInterface(nn.Module):
                                 components.text_encoder.dtype)
         self.extractor = CosmosFeatureExtractor(
             components,
-            extract_layer=extract_layer,
+            extract_layer=cosmos.extract_layer,
             max_sequence_length=cosmos.max_sequence_length,
             conditional_frame_timestep=cosmos.conditional_frame_timestep,
             time_distribution=fm.time_distribution,
