@@ -8,15 +8,14 @@ hands those from the planner through unchanged, so the same stdout, stderr and e
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .in_process import ROOT, call_main
+
 LAUNCHER = ROOT / "scripts" / "train_8p.sh"
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 
@@ -44,42 +43,19 @@ def launch(*args: str, layout: str | None = None, env: dict | None = None, timeo
                           text=True, timeout=timeout)
 
 
-@contextlib.contextmanager
-def _process_state(env: dict[str, str], paths: list[str]):
-    """os.environ replaced by `env`, `paths` first on sys.path, the repository the working folder; all put back."""
-    saved_env, saved_path, saved_cwd = dict(os.environ), sys.path[:], os.getcwd()
-    os.environ.clear()
-    os.environ.update(env)
-    sys.path[:0] = paths
-    os.chdir(ROOT)
-    try:
-        yield
-    finally:
-        os.chdir(saved_cwd)
-        sys.path[:] = saved_path
-        os.environ.clear()
-        os.environ.update(saved_env)
-
-
 def plan(*args: str, layout: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """What `launch(*args)` prints and returns when the script stops after the plan, computed in this process.
 
-    The script exports PYTHONPATH=<repository>:$PYTHONPATH before planning; entries besides the repository (a fake
-    torch_npu) go onto sys.path, where the planner's import lookups see them.
+    The script exports PYTHONPATH=<repository>:$PYTHONPATH before planning (a fake torch_npu in it is found).
     """
     from DiT4DiT.launch.__main__ import main
 
     full_env = launcher_env(layout, env)
-    extra = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *extra])
-    out, err = io.StringIO(), io.StringIO()
-    with tempfile.TemporaryDirectory() as folder, _process_state(full_env, extra):
+    full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, full_env.get("PYTHONPATH", "").split(os.pathsep))])
+    with tempfile.TemporaryDirectory() as folder:
         shell_plan = Path(folder) / "plan"
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main([f"--shell_plan={shell_plan}", *args])
-            except SystemExit as stop:  # argparse: --help, usage errors
-                code = stop.code if isinstance(stop.code, int) else 2
-        started = shell_plan.exists() and shell_plan.stat().st_size > 0
-    assert not started, f"the plan would start training: {args}"  # only plans the script stops after
-    return subprocess.CompletedProcess(["DiT4DiT.launch", *args], code, out.getvalue(), err.getvalue())
+        result = call_main(main, [f"--shell_plan={shell_plan}", *args], full_env)
+        # Only for what the script stops after: a written plan is one it would go on to launch.
+        assert not (shell_plan.exists() and shell_plan.stat().st_size), f"the plan would start training: {args}"
+    result.args = ["DiT4DiT.launch", *args]
+    return result
