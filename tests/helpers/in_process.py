@@ -1,7 +1,7 @@
 """A command's `main(argv)` called in this process as if it had been started as a process: with the environment
 it would get, the repository as its working folder, its stdout and stderr captured, and its exit status.
 
-For commands whose output is what a test checks (the launcher's plan, the doctor): no interpreter start and no
+For commands whose output is what a test checks (the launcher's plan, the doctor, start-up errors): no interpreter start and no
 imports again. Whatever a command starts itself (the doctor's probes, npu-smi) still runs as a process, with
 this environment.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -22,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @contextlib.contextmanager
 def process_state(env: dict[str, str], paths: list[str]):
     """os.environ replaced by `env`, `paths` first on sys.path (what PYTHONPATH would add), the repository the
-    working folder; all three put back afterwards."""
+    working folder; these and the root logger (entry points call logging.basicConfig) put back afterwards."""
     saved_env, saved_path, saved_cwd = dict(os.environ), sys.path[:], os.getcwd()
+    root = logging.getLogger()
+    saved_logging = root.handlers[:], root.level
     os.environ.clear()
     os.environ.update(env)
     sys.path[:0] = paths
@@ -31,6 +34,7 @@ def process_state(env: dict[str, str], paths: list[str]):
     try:
         yield
     finally:
+        root.handlers[:], root.level = saved_logging
         os.chdir(saved_cwd)
         sys.path[:] = saved_path
         os.environ.clear()
