@@ -230,19 +230,13 @@ def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skelet
 
 
 @pytest.mark.slow
-def test_cpu_host_really_trains_the_tiny_config(tmp_path, request):
-    model = request.getfixturevalue("tiny_pipeline_dir")
-    data = request.getfixturevalue("tiny_robotwin_root")
-    runs = tmp_path / "runs"
-    result = launch("--max_train_steps=3", "--trainer.save_interval=3", "--trainer.num_warmup_steps=1", f"--base_model={model}", f"--data_root_dir={data}",
-                    f"--run_root_dir={runs}", "--run_id=20250101", "--seed=7", layout=None, timeout=900)
-    run_dir = runs / "20250101"  # a numeric run_id stays a string all the way to the run dir
+def test_cpu_host_really_trains_the_tiny_config(launcher_run):
+    result, run_dir, _, _ = launcher_run  # a numeric run_id stays a string all the way to the run dir
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert (run_dir / "train.log").read_text().rstrip().endswith("=== exit code 0")
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.run_id == "20250101" and saved.seed == 7  # a top-level key passed through
     assert (run_dir / "final_model" / "pytorch_model.pt").is_file()
-
 
 
 @pytest.mark.parametrize("per_node, status", [(16, 0), (17, 2)])
