@@ -6,6 +6,7 @@ exit codes are checked by running its entry point directly (accelerate launch re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -243,9 +244,13 @@ def test_a_second_run_with_the_same_run_id_is_kept_out(tiny_pipeline_dir, tiny_r
         while not lock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         holder = json.loads(lock.read_text())
-        second = direct(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "busy", "--trainer.is_resume=true")
+        second = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "busy", "--trainer.is_resume=true")
         assert second.returncode == 2, second.stderr[-3000:]
         assert f"is in use by another run (pid {holder['pid']} on host {holder['host']}" in second.stderr
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
+        # The trainer runs in a session of its own below accelerate: killing the launch's group would leave it
+        # training its 200 steps beside the rest of the suite.
+        for pid in [first.pid, *descendants(first.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         first.wait()
