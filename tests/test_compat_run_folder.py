@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
 from DiT4DiT.model.framework.share_tools import get_action_stats, read_mode_config, unnormalize_actions
 from DiT4DiT.tools.export_checkpoint import export_full_checkpoint
 from helpers.fixtures_model import make_examples
+from helpers.in_process import call_main
 
 REPO = Path(__file__).resolve().parents[1]
 # What the tiny config freezes, so what its checkpoints leave out (they reload from the base snapshot).
@@ -144,16 +144,16 @@ def test_exported_checkpoint_holds_every_weight_and_loads_strictly_into_a_fresh_
     assert any(k.startswith(RELOADED_FROM_SNAPSHOT) for k in full) and len(full) > len(ours)
 
 
-@pytest.mark.slow
 def test_export_command_refuses_to_overwrite_and_names_a_missing_run_file(trained, tmp_path):
+    from DiT4DiT.tools.export_checkpoint import main
+
     cfg, model = trained
     checkpoint = _write_run(tmp_path / "run", cfg, model.state_dict(), OmegaConf.to_container(cfg, resolve=True))
     taken = tmp_path / "taken.pt"
     taken.write_bytes(b"keep me")
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "DiT4DiT.tools.export_checkpoint", *args], cwd=REPO,
-                              capture_output=True, text=True)
+        return call_main(main, list(args), dict(os.environ))
 
     refused = run(str(checkpoint), "--out", str(taken))
     assert refused.returncode == 2 and "--overwrite" in refused.stderr and taken.read_bytes() == b"keep me"

@@ -1,9 +1,7 @@
 """The original's mixtures and data configs on tiny generated data: sin/cos state, raw keys, LeRobot v3.0 folders."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -16,8 +14,8 @@ from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
 from DiT4DiT.tools.tiny_dataset import generate
 from helpers.fixtures_data import snapshot
+from helpers.in_process import call_main
 
-REPO = Path(__file__).resolve().parents[1]
 ORIGINAL_MIXTURES = (
     "custom_dataset", "custom_dataset_2", "libero_all", "bridge", "bridge_rt_1", "demo_sim_pick_place",
     "fourier_gr1_unified_1000", "fourier_gr1_pretrain_10K", "BEHAVIOR_challenge", "SO101_pick", "arx_x5",
@@ -112,11 +110,11 @@ def test_v3_and_v2_folders_with_the_same_content_give_identical_samples(tmp_path
     assert snapshot(roots["v3.0"]) == before
 
 
-@pytest.mark.slow
 def test_command_line_writes_the_first_k_datasets_and_refuses_bad_input(tmp_path):
+    from DiT4DiT.tools.tiny_dataset import main
+
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_dataset", *args], cwd=REPO,
-                              capture_output=True, text=True)
+        return call_main(main, list(args), dict(os.environ))
 
     ok = run("--data_mix", "real_robot_all", "--out", str(tmp_path), "--datasets", "2", "--episodes", "1",
              "--min-frames", "4", "--max-frames", "4")

@@ -2,9 +2,7 @@
 
 import hashlib
 import json
-import subprocess
-import sys
-from pathlib import Path
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -12,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from DiT4DiT.tools.tiny_robotwin import generate
+from helpers.in_process import call_main
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _digests(root):
@@ -58,11 +56,11 @@ def test_existing_folder_needs_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["turn_switch"]
 
 
-@pytest.mark.slow
 def test_command_line(tmp_path):
+    from DiT4DiT.tools.tiny_robotwin import main
+
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_robotwin", *args], cwd=REPO,
-                              capture_output=True, text=True)
+        return call_main(main, list(args), dict(os.environ))
 
     ok = run("--out", str(tmp_path), "--tasks", "stamp_seal", "--episodes", "1", "--min-frames", "4",
              "--max-frames", "4")

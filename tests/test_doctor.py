@@ -1,4 +1,5 @@
-"""The doctor on this CPU host, and on A2/A3 hosts played by the fake npu-smi (tests/fakes/bin)."""
+"""The doctor on this CPU host, and on A2/A3 hosts played by the fake npu-smi (tests/fakes/bin): once as users run
+it (a process), otherwise its main() in this process; its own probes run as processes either way."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from DiT4DiT.config.schema import load_config
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
-from helpers.doctor_runs import ROOT, TINY_YAML, doctor, fake_npu_smi
+from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_process, fake_npu_smi
 
 
 @pytest.mark.slow
 def test_cpu_host_passes_and_skips_the_npu_checks(tiny_pipeline_dir):
-    code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir), "--num_processes", "2")
+    code, lines = doctor_process("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir), "--num_processes", "2")
     assert code == 0, lines
     for name in ("npu_devices", "a2_a3_zero_copy", "cann_env", "shared_libs", "mx_driving", "hccl_env"):
         assert lines[name].startswith("SKIP"), lines[name]
@@ -190,6 +191,7 @@ def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin
     assert not (tmp_path / "store").exists()  # estimating writes nothing
 
 
+@pytest.mark.slow  # its probes start Python processes that import torch
 def test_npu_network_ports_are_checked_per_device_with_hccn_tool():
     _, healthy = doctor("--config_yaml", str(TINY_YAML), "--num_machines", "2", layout="a3")
     assert healthy["npu_network"].startswith("PASS") and "16 NPU ports: link UP" in healthy["npu_network"]
@@ -214,6 +216,7 @@ def test_hccn_tool_output_is_read_by_its_field_names():
     assert Port(1, None, None, "Init").problems() == ["link unknown", "no IP address", "net health Init"]
 
 
+@pytest.mark.slow  # its probes start Python processes that import torch
 def test_cann_python_packages_must_import_on_npu_hosts():
     _, cpu = doctor("--config_yaml", str(TINY_YAML))
     assert cpu["cann_python"].startswith("SKIP")

@@ -1,5 +1,8 @@
-"""scripts/train_8p.sh, run for real: a fake `npu-smi` (tests/fakes/bin) plays an A2 node, an A3 node or
-no NPU at all; everything else (bash, Python, accelerate launch, the trainer) is the real thing."""
+"""scripts/train_8p.sh: a fake `npu-smi` (tests/fakes/bin) plays an A2 node, an A3 node or no NPU at all.
+
+What the script runs for real (slow): its dry run, a refusal before anything starts, the log, a failing and a real
+trainer, signals, relative paths. What it only prints or refuses comes from the planner it runs first, and is
+checked by calling that planner in this process (`plan`) with the environment the script gives it."""
 
 from __future__ import annotations
 
@@ -14,30 +17,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-pytestmark = pytest.mark.slow  # every test runs the bash launcher
+from helpers.launcher_runs import LAUNCHER, ROOT, host_path, launch, plan
 
-ROOT = Path(__file__).resolve().parents[1]
-LAUNCHER = ROOT / "scripts" / "train_8p.sh"
-FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 PATCH_MARK = "from torch_npu.contrib import transfer_to_npu"
-
-
-def host_path() -> str:
-    """PATH without any real npu-smi, with the test interpreter's bin first."""
-    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != str(FAKE_BIN)]
-    dirs = [str(Path(sys.executable).parent)] + [d for d in dirs if not (Path(d) / "npu-smi").exists()]
-    return os.pathsep.join(dirs)
-
-
-def launch(*args: str, layout: str | None = None, env: dict | None = None, timeout: int = 120):
-    """Run the launcher; layout a2/a3 puts the fake npu-smi on PATH, None makes a CPU host."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "HCCL_", "TORCH_HCCL", "DIT4DIT_"))}
-    full_env.update(PYTHON=sys.executable, PATH=host_path())
-    if layout is not None:
-        full_env.update(PATH=f"{FAKE_BIN}{os.pathsep}{full_env['PATH']}", FAKE_NPU_SMI_LAYOUT=layout)
-    full_env.update(env or {})
-    return subprocess.run(["bash", str(LAUNCHER), *args], cwd=ROOT, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.fixture
@@ -86,7 +68,7 @@ def env_lines(stdout: str) -> dict[str, str]:
 @pytest.mark.parametrize("layout, devices", [("a2", 8), ("a3", 16)])
 def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, devices, npu_ready, tmp_path):
     args, env = npu_ready
-    result = launch("--dry-run", "--max_train_steps=100", "--per_device_batch_size=1", "--trainer.save_interval", "50",
+    result = plan("--dry-run", "--max_train_steps=100", "--per_device_batch_size=1", "--trainer.save_interval", "50",
                     "--action_video_freq_ratio", "2", *args, layout=layout, env=env)
     out = result.stdout
     assert f"host: npu ({layout.upper()}, {devices} of {devices} devices visible); CANN: {env['CANN_SET_ENV']}" in out
@@ -128,7 +110,7 @@ def values(stdout: str) -> dict[str, str]:
 
 def test_npu_host_passes_only_what_was_typed_and_says_where_each_value_comes_from(npu_ready, tmp_path):
     args, env = npu_ready
-    out = launch("--dry-run", "--max_train_steps=100", "--seed=1", *args, layout="a3", env=env).stdout
+    out = plan("--dry-run", "--max_train_steps=100", "--seed=1", *args, layout="a3", env=env).stdout
     model, data = args[0].split("=", 1)[1], args[1].split("=", 1)[1]
     # Short names first (in the launcher's option order), then the keys passed through as typed.
     assert forwarded(out) == ["--trainer.max_train_steps=100", "--datasets.vla_data.data_mix=robotwin_task1",
@@ -149,7 +131,7 @@ def test_npu_host_passes_only_what_was_typed_and_says_where_each_value_comes_fro
 def test_the_yaml_decides_what_was_not_typed(npu_ready):
     # The robotwin YAML holds the NPU defaults the launcher used to pass (100000 steps, batch 4, saves every 10000).
     args, env = npu_ready
-    out = launch("--dry-run", *args, layout="a2", env=env).stdout
+    out = plan("--dry-run", *args, layout="a2", env=env).stdout
     assert not any(item.startswith(("--trainer.", "--run_id", "--framework.name")) for item in forwarded(out))
     from DiT4DiT.config.schema import load_config
     cfg = load_config(ROOT / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml", [])
@@ -158,9 +140,9 @@ def test_the_yaml_decides_what_was_not_typed(npu_ready):
 
 def test_zero_copy_follows_the_soc_override(npu_ready):
     args, env = npu_ready
-    forced_a3 = launch("--dry-run", "--soc=a3", *args, layout="a2", env=env)
+    forced_a3 = plan("--dry-run", "--soc=a3", *args, layout="a2", env=env)
     assert env_lines(forced_a3.stdout)["TORCH_HCCL_ZERO_COPY"] == "1"
-    on_a2 = launch("--dry-run", *args, layout="a2", env={**env, "TORCH_HCCL_ZERO_COPY": "1"})
+    on_a2 = plan("--dry-run", *args, layout="a2", env={**env, "TORCH_HCCL_ZERO_COPY": "1"})
     assert "TORCH_HCCL_ZERO_COPY" not in env_lines(on_a2.stdout)
     assert "unsetting TORCH_HCCL_ZERO_COPY" in on_a2.stderr
 
@@ -169,7 +151,7 @@ def test_unpatched_tree_is_refused_with_the_command_that_patches_it(npu_ready, t
     args, env = npu_ready
     plain = tmp_path / "plain_train.py"
     plain.write_text("import torch\n")
-    result = launch("--dry-run", *args, layout="a3", env={**env, "DIT4DIT_TRAIN_ENTRY": str(plain)})
+    result = plan("--dry-run", *args, layout="a3", env={**env, "DIT4DIT_TRAIN_ENTRY": str(plain)})
     assert result.returncode == 2
     assert "run  git apply patches/dit4dit_npu.patch" in result.stderr
 
@@ -179,21 +161,30 @@ def test_unpatched_tree_is_refused_with_the_command_that_patches_it(npu_ready, t
     ("a3", None, 32, 16),
     ("a3", "0,1,2,3", 8, 4),
 ])
-def test_too_many_processes_is_refused_before_anything_starts(layout, visible_env, asked, visible, npu_ready, tmp_path):
+def test_too_many_processes_is_refused(layout, visible_env, asked, visible, npu_ready, tmp_path):
+    args, env = npu_ready
+    if visible_env:
+        env = {**env, "ASCEND_RT_VISIBLE_DEVICES": visible_env}
+    result = plan(f"--num_processes={asked}", f"--run_root_dir={tmp_path / 'runs'}", *args, layout=layout, env=env)
+    assert result.returncode == 2
+    assert f"--num_processes={asked} per node but only {visible} NPU devices are visible on this node" in result.stderr
+    assert "an Atlas 800T A3 node has 16 devices" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_refused_launch_starts_nothing(npu_ready, tmp_path):
     args, env = npu_ready
     marker = tmp_path / "started"
     entry = tmp_path / "train.py"
     entry.write_text(f"{PATCH_MARK}\nopen({str(marker)!r}, 'w').close()\n")
-    env = {**env, "DIT4DIT_TRAIN_ENTRY": str(entry)}
-    if visible_env:
-        env["ASCEND_RT_VISIBLE_DEVICES"] = visible_env
-    result = launch(f"--num_processes={asked}", f"--run_root_dir={tmp_path / 'runs'}", *args, layout=layout, env=env)
+    result = launch("--num_processes=16", f"--run_root_dir={tmp_path / 'runs'}", *args, layout="a2",
+                    env={**env, "DIT4DIT_TRAIN_ENTRY": str(entry)})
     assert result.returncode == 2
-    assert f"--num_processes={asked} per node but only {visible} NPU devices are visible on this node" in result.stderr
-    assert "an Atlas 800T A3 node has 16 devices" in result.stderr
+    assert "--num_processes=16 per node but only 8 NPU devices are visible on this node" in result.stderr
     assert not marker.exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_cpu_host_dry_run_uses_tiny_defaults_and_says_how_to_make_them(tmp_path):
     result = launch("--dry-run", layout=None, env={"CANN_SET_ENV": "/nonexistent"})
     assert "host: cpu" in result.stdout and "detected: no npu-smi device, /dev/davinci* or torch_npu" in result.stdout
@@ -209,20 +200,21 @@ def test_cpu_host_dry_run_uses_tiny_defaults_and_says_how_to_make_them(tmp_path)
 
 
 def test_bad_options_are_usage_errors():
-    unknown = launch("--num_proceses=2", layout=None)
+    unknown = plan("--num_proceses=2", layout=None)
     assert unknown.returncode == 2 and "unknown option --num_proceses; did you mean --num_processes?" in unknown.stderr
-    key = launch("--trainer.max_train_step=2", layout=None)
+    key = plan("--trainer.max_train_step=2", layout=None)
     assert key.returncode == 2 and "Did you mean 'trainer.max_train_steps'?" in key.stderr
-    valueless = launch("--run_id", "--dry-run", layout=None)
+    valueless = plan("--run_id", "--dry-run", layout=None)
     assert valueless.returncode == 2 and "--run_id needs a value: --run_id=VALUE" in valueless.stderr
-    slash = launch("--run_id=a/b", layout=None)
+    slash = plan("--run_id=a/b", layout=None)
     assert slash.returncode == 2 and "--run_id=a/b: use letters, digits" in slash.stderr
-    bad_int = launch("--max_train_steps=ten", layout=None)
+    bad_int = plan("--max_train_steps=ten", layout=None)
     assert bad_int.returncode == 2 and "--max_train_steps=ten: expected a positive integer" in bad_int.stderr
-    helped = launch("--help", layout=None)
+    helped = plan("--help", layout=None)
     assert helped.returncode == 0 and "processes PER NODE" in helped.stdout and "--dry-run" in helped.stdout
 
 
+@pytest.mark.slow
 def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skeleton, data_skeleton):
     entry = tmp_path / "failing_train.py"
     entry.write_text("import sys\nprint('fake trainer ran with', sys.argv[1:])\nsys.exit(3)\n")
@@ -237,13 +229,9 @@ def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skelet
     assert "exitcode: 3" in log and log.rstrip().endswith("=== exit code 1")
 
 
-def test_cpu_host_really_trains_the_tiny_config(tmp_path, request):
-    model = request.getfixturevalue("tiny_pipeline_dir")
-    data = request.getfixturevalue("tiny_robotwin_root")
-    runs = tmp_path / "runs"
-    result = launch("--max_train_steps=3", "--trainer.save_interval=3", "--trainer.num_warmup_steps=1", f"--base_model={model}", f"--data_root_dir={data}",
-                    f"--run_root_dir={runs}", "--run_id=20250101", "--seed=7", layout=None, timeout=900)
-    run_dir = runs / "20250101"  # a numeric run_id stays a string all the way to the run dir
+@pytest.mark.slow
+def test_cpu_host_really_trains_the_tiny_config(launcher_run):
+    result, run_dir, _, _ = launcher_run  # a numeric run_id stays a string all the way to the run dir
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert (run_dir / "train.log").read_text().rstrip().endswith("=== exit code 0")
     saved = OmegaConf.load(run_dir / "config.yaml")
@@ -251,12 +239,11 @@ def test_cpu_host_really_trains_the_tiny_config(tmp_path, request):
     assert (run_dir / "final_model" / "pytorch_model.pt").is_file()
 
 
-
 @pytest.mark.parametrize("per_node, status", [(16, 0), (17, 2)])
 def test_device_check_is_per_node_and_accelerate_gets_the_total(per_node, status, npu_ready):
     args, env = npu_ready
     torch_npu_env = {**env, "PYTHONPATH": str(ROOT / "tests" / "fakes" / "torch_npu")}  # preflight finds torch_npu
-    result = launch("--dry-run", f"--num_processes={per_node}", "--num_machines=2", "--machine_rank=1",
+    result = plan("--dry-run", f"--num_processes={per_node}", "--num_machines=2", "--machine_rank=1",
                     "--main_process_ip=10.0.0.1", *args, layout="a3", env=torch_npu_env)
     assert result.returncode == status, result.stderr
     assert "nodes: 2 (this is machine 1)" in result.stdout
@@ -270,57 +257,59 @@ def test_device_check_is_per_node_and_accelerate_gets_the_total(per_node, status
 def test_scheduler_variables_set_the_nodes_and_options_win(npu_ready):
     args, env = npu_ready
     scheduler = {**env, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "6000", "NNODES": "4", "NODE_RANK": "3"}
-    out = launch("--dry-run", *args, layout="a3", env=scheduler).stdout
+    out = plan("--dry-run", *args, layout="a3", env=scheduler).stdout
     assert "--num_machines 4 --machine_rank 3 --main_process_ip 10.0.0.7 --main_process_port 6000" in out
     assert values(out)["main_process_ip"] == "10.0.0.7  (MASTER_ADDR)"
     slurm = {**env, "SLURM_NNODES": "2", "SLURM_NODEID": "1", "MASTER_ADDR": "10.0.0.7"}
-    out = launch("--dry-run", "--main_process_port=7000", *args, layout="a3", env=slurm).stdout
+    out = plan("--dry-run", "--main_process_port=7000", *args, layout="a3", env=slurm).stdout
     assert "--num_machines 2 --machine_rank 1 --main_process_ip 10.0.0.7 --main_process_port 7000" in out
     assert values(out)["machine_rank"] == "1  (SLURM_NODEID)"
-    no_ip = launch("--dry-run", "--num_machines=2", *args, layout="a3", env=env)
+    no_ip = plan("--dry-run", "--num_machines=2", *args, layout="a3", env=env)
     assert no_ip.returncode == 2 and "2 machines need the address of machine 0: --main_process_ip=IP" in no_ip.stderr
-    bad_rank = launch("--dry-run", "--num_machines=2", "--machine_rank=2", "--main_process_ip=h", layout=None)
+    bad_rank = plan("--dry-run", "--num_machines=2", "--machine_rank=2", "--main_process_ip=h", layout=None)
     assert bad_rank.returncode == 2 and "machine_rank=2 (option --machine_rank): expected 0 to 1" in bad_rank.stderr
 
 
 def test_network_interface_sets_gloo_and_hccl(npu_ready):
     args, env = npu_ready
-    out = launch("--dry-run", "--net_if=lo", *args, layout="a3", env=env).stdout
+    out = plan("--dry-run", "--net_if=lo", *args, layout="a3", env=env).stdout
     variables = env_lines(out)
     assert variables["GLOO_SOCKET_IFNAME"] == "lo" and variables["HCCL_SOCKET_IFNAME"] == "=lo"  # exact match
     assert variables["HCCL_IF_IP"] == "127.0.0.1"
-    cpu = launch("--dry-run", layout=None, env={"DIT4DIT_NET_IF": "lo"}).stdout
+    cpu = plan("--dry-run", layout=None, env={"DIT4DIT_NET_IF": "lo"}).stdout
     assert env_lines(cpu)["GLOO_SOCKET_IFNAME"] == "lo" and "HCCL_SOCKET_IFNAME" not in env_lines(cpu)
-    missing = launch("--dry-run", "--net_if=nosuch0", layout=None)
+    missing = plan("--dry-run", "--net_if=nosuch0", layout=None)
     assert missing.returncode == 2 and "network interface nosuch0 (option --net_if) does not exist here" in missing.stderr
 
 
 def test_npu_signs_without_npu_smi_are_refused_not_run_on_cpu():
     fake_torch_npu = {"PYTHONPATH": str(ROOT / "tests" / "fakes" / "torch_npu")}
-    result = launch("--dry-run", layout=None, env=fake_torch_npu)
+    result = plan("--dry-run", layout=None, env=fake_torch_npu)
     assert result.returncode == 2
     assert "npu-smi is missing or lists no device (torch_npu is installed): make `npu-smi info` work here" in result.stderr
     assert "or pass --device=cpu" in result.stderr
-    broken = launch("--dry-run", layout="broken", env=fake_torch_npu)  # npu-smi present but failing
+    broken = plan("--dry-run", layout="broken", env=fake_torch_npu)  # npu-smi present but failing
     assert broken.returncode == 2 and "npu-smi is missing or lists no device" in broken.stderr
 
 
+@pytest.mark.slow  # --device=cuda asks torch in a child process
 def test_device_option_overrides_the_detection(npu_ready):
     args, env = npu_ready
-    cpu = launch("--dry-run", "--device=cpu", layout="a3", env=env)
+    cpu = plan("--dry-run", "--device=cpu", layout="a3", env=env)
     assert "host: cpu" in cpu.stdout and "detected: --device=cpu" in cpu.stdout
     assert "--config_file DiT4DiT/config/deepseeds/cpu.yaml --num_processes 1" in cpu.stdout
     assert "TASK_QUEUE_ENABLE" not in env_lines(cpu.stdout)
-    cuda = launch("--dry-run", "--device=cuda", *args, layout=None, env=env)
+    cuda = plan("--dry-run", "--device=cuda", *args, layout=None, env=env)
     assert "host: cuda (0 of 0 devices visible); Ascend environment skipped" in cuda.stdout
     assert "--config_file DiT4DiT/config/deepseeds/deepspeed_zero2.yaml" in cuda.stdout
     assert "--config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml" in cuda.stdout
     assert set(env_lines(cuda.stdout)) == {"WANDB_MODE", "PYTHONPATH"}
     assert cuda.returncode == 2 and "no CUDA device: torch sees no CUDA device" in cuda.stderr
-    bad = launch("--device=tpu", layout=None)
+    bad = plan("--device=tpu", layout=None)
     assert bad.returncode == 2 and "--device=tpu: expected npu, cuda or cpu" in bad.stderr
 
 
+@pytest.mark.slow
 def test_relative_paths_are_the_callers_for_options_and_path_keys(tmp_path):
     cwd = tmp_path / "work"
     cwd.mkdir()
@@ -340,6 +329,7 @@ def test_python_older_than_3_10_is_refused():
     assert python_problem((3, 10, 0)) == "" and python_problem((3, 11, 7)) == ""
 
 
+@pytest.mark.slow
 def test_sigterm_reaches_the_trainer_and_the_launcher_waits_and_logs(tmp_path, model_skeleton, data_skeleton):
     entry = tmp_path / "slow_train.py"
     marks = tmp_path / "marks"
@@ -373,17 +363,16 @@ time.sleep(120)
     assert "training failed" in stderr or proc.returncode == 0
 
 
-@pytest.mark.slow
 def test_two_nodes_without_an_interface_use_the_route_to_machine_0_or_are_refused(npu_ready):
     args, env = npu_ready
     two = ["--dry-run", "--num_machines=2", "--main_process_ip=10.0.0.1", *args]
-    routed = launch(*two, layout="a3", env={**env, "FAKE_IP_ROUTE_DEV": "lo"})  # the fake `ip` in tests/fakes/bin
+    routed = plan(*two, layout="a3", env={**env, "FAKE_IP_ROUTE_DEV": "lo"})  # the fake `ip` in tests/fakes/bin
     assert "network: lo (derived: `ip route get 10.0.0.1`), IPv4 127.0.0.1" in routed.stdout
     variables = env_lines(routed.stdout)
     assert variables["HCCL_SOCKET_IFNAME"] == "=lo" and variables["GLOO_SOCKET_IFNAME"] == "lo"
     assert "TORCH_HCCL_ZERO_COPY" not in variables and "validated on one node only" in routed.stderr
     assert "timeouts: process group 600 s" in routed.stdout and variables["HCCL_EXEC_TIMEOUT"] == "540"
-    refused = launch(*two, layout="a3", env={**env, "FAKE_IP_ROUTE": "none"})
+    refused = plan(*two, layout="a3", env={**env, "FAKE_IP_ROUTE": "none"})
     assert refused.returncode == 2
     assert ("2 machines need the network interface for collectives: pass --net_if=NAME (or DIT4DIT_NET_IF=NAME); "
             "`ip route get 10.0.0.1` names no interface (RTNETLINK answers: Network is unreachable)") in refused.stderr

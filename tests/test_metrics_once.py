@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.training.metrics import MetricsFileError, trim_metrics
+from helpers.training_runs import ROOT, train_in_process, trainer_arguments
 
-ROOT = Path(__file__).resolve().parents[1]
 KILL_DURING_SAVE = ROOT / "tests" / "helpers" / "kill_during_save.py"
 
 
@@ -45,13 +45,14 @@ def test_a_broken_line_in_the_middle_of_metrics_is_an_error(tmp_path):
     assert MetricsFileError.exit_code == 2
 
 
-def run_trainer(entry: list[str], pipeline: Path, data: Path, run_root: Path, *overrides: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, *entry, "--config_yaml", "DiT4DiT/config/tiny/dit4dit_tiny.yaml",
-               f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={data}",
-               f"--run_root_dir={run_root}", "--run_id=once", "--trackers=[jsonl]",
-               f"--datasets.vla_data.cache_dir={run_root / 'cache'}", "--datasets.vla_data.num_workers=0",
-               "--trainer.max_train_steps=6", "--trainer.save_interval=2", "--trainer.logging_frequency=1",
-               "--trainer.eval_interval=3", "--trainer.num_warmup_steps=2", *overrides]
+SIX_STEPS = ("--trainer.max_train_steps=6", "--trainer.save_interval=2", "--trainer.logging_frequency=1",
+             "--trainer.eval_interval=3", "--trainer.num_warmup_steps=2")
+
+
+def killed_during_save(write: int, pipeline: Path, data: Path, run_root: Path) -> subprocess.CompletedProcess:
+    """The six-step run in a process that is killed (-9) inside its `write`-th file save."""
+    command = [sys.executable, str(KILL_DURING_SAVE), str(write), *trainer_arguments(pipeline, data, run_root, "once",
+                                                                                       *SIX_STEPS)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS="1")
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
@@ -63,11 +64,11 @@ def run_trainer(entry: list[str], pipeline: Path, data: Path, run_root: Path, *o
 @pytest.mark.parametrize("write", [5, 13])
 def test_a_kill_between_a_metrics_write_and_a_save_leaves_each_step_once(tiny_pipeline_dir, tiny_robotwin_root,
                                                                          tmp_path, write):
-    killed = run_trainer([str(KILL_DURING_SAVE), str(write)], tiny_pipeline_dir, tiny_robotwin_root, tmp_path)
+    killed = killed_during_save(write, tiny_pipeline_dir, tiny_robotwin_root, tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     before = [json.loads(line) for line in (tmp_path / "once/metrics.jsonl").read_text().splitlines()]
-    resumed = run_trainer(["DiT4DiT/training/train.py"], tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
-                          "--trainer.is_resume=true")
+    resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "once", *SIX_STEPS,
+                               "--trainer.is_resume=true")  # the resume's own checks need no fresh process
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "once/metrics.jsonl").read_text().splitlines()]
     kinds = Counter((r["step"], next(k for k in ("total_loss", "eval_action_mse", "replica_weight_checksums") if k in r))

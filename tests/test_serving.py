@@ -1,11 +1,12 @@
 """The policy server on a tiny trained run: the original's protocol from a client written from the protocol alone
-(tests/helpers), our client,
-concurrent clients, bad requests, and a real server process stopped by SIGTERM."""
+(tests/helpers), our client, concurrent clients, bad requests, start-up errors (main() in-process), and a real
+server process stopped by SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import threading
@@ -18,7 +19,8 @@ from websockets.sync.client import connect
 
 from DiT4DiT.serving.client import PolicyClient, ServerError
 from DiT4DiT.serving.server import PolicyServer, running_server
-from helpers.fixtures_serving import IMAGE, example, raw_pack, raw_unpack, server_process, wait_for_port
+from helpers.fixtures_serving import IMAGE, example, raw_pack, raw_unpack, served
+from helpers.in_process import call_main
 
 CHUNK, ACTION_DIM = 8, 14
 
@@ -191,18 +193,11 @@ def test_idle_timeout_stops_the_server(tiny_policy):
 
 @pytest.mark.slow
 def test_sigterm_stops_a_server_process_cleanly(tiny_ckpt):
-    process = server_process("--ckpt", str(tiny_ckpt), "--host", "127.0.0.1", "--port", "0", "--device", "cpu")
-    lines: list[str] = []
-    try:
-        port = wait_for_port(process, lines)
+    with served(tiny_ckpt) as (process, port, lines):
         client = PolicyClient("127.0.0.1", port, wait_s=10)
         assert client.infer([example()])["actions"].shape == (1, CHUNK, ACTION_DIM)
         process.send_signal(signal.SIGTERM)
         _, rest = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     log = "".join(lines) + rest
     assert process.returncode == 0, log
     assert "stopped" in log
@@ -212,12 +207,11 @@ def test_sigterm_stops_a_server_process_cleanly(tiny_ckpt):
     assert closed.value.rcvd.code == 1001  # going away
 
 
-@pytest.mark.slow
 def test_a_missing_checkpoint_or_unavailable_device_is_a_clear_start_up_error(tiny_ckpt, tmp_path):
-    missing = server_process("--ckpt", str(tmp_path / "nope.pt"), "--port", "0", "--device", "cpu")
-    _, err = missing.communicate(timeout=120)
-    assert missing.returncode == 2 and f"{tmp_path / 'nope.pt'}: no such checkpoint file" in err
+    from DiT4DiT.serving.server import main
 
-    npu = server_process("--ckpt", str(tiny_ckpt), "--port", "0", "--device", "npu")
-    _, err = npu.communicate(timeout=120)
-    assert npu.returncode == 2 and "--device npu: torch_npu is not installed" in err
+    missing = call_main(main, ["--ckpt", str(tmp_path / "nope.pt"), "--port", "0", "--device", "cpu"], dict(os.environ))
+    assert missing.returncode == 2 and f"{tmp_path / 'nope.pt'}: no such checkpoint file" in missing.stderr
+
+    npu = call_main(main, ["--ckpt", str(tiny_ckpt), "--port", "0", "--device", "npu"], dict(os.environ))
+    assert npu.returncode == 2 and "--device npu: torch_npu is not installed" in npu.stderr

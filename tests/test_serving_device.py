@@ -53,6 +53,7 @@ def test_without_torch_npu_auto_serves_on_the_cpu_and_npu_is_refused():
     assert "npu refused: --device npu: torch_npu is not installed" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken, module, cause", [
     ("import", "torch_npu", "ImportError('libascendcl.so: cannot open shared object file"),
     ("transfer_to_npu", "torch_npu.contrib.transfer_to_npu", "ModuleNotFoundError(\"No module named 'setuptools'\")"),

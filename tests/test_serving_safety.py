@@ -17,7 +17,7 @@ from websockets.sync.client import connect
 from DiT4DiT.serving import wire
 from DiT4DiT.serving.client import PolicyClient, ServerError
 from DiT4DiT.serving.server import build_parser, running_server
-from helpers.fixtures_serving import example, raw_pack, raw_unpack, server_process, wait_for_port
+from helpers.fixtures_serving import example, raw_pack, raw_unpack, served
 
 
 def ask(port: int, frame, headers=None) -> dict:
@@ -84,10 +84,7 @@ def rss_mib(pid: int) -> float:
 
 @pytest.mark.slow
 def test_huge_instruction_and_300_views_leave_the_server_process_rss_within_budget(tiny_ckpt):
-    process = server_process("--ckpt", str(tiny_ckpt), "--port", "0", "--device", "cpu", "--max_batch", "8")
-    lines: list[str] = []
-    try:
-        port = wait_for_port(process, lines)
+    with served(tiny_ckpt, "--max_batch", "8") as (process, port, _):
         with PolicyClient("127.0.0.1", port, wait_s=10) as client:
             client.infer([example()])  # the first answer allocates the model's working memory
             before = rss_mib(process.pid)
@@ -107,7 +104,3 @@ def test_huge_instruction_and_300_views_leave_the_server_process_rss_within_budg
         assert after - before < 64, (before, after)
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()

@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from helpers.training_runs import ROOT, descendants, environment, metrics, train, train_in_process, trainer_command
+from helpers.training_runs import (RESUME_RUN, ROOT, descendants, environment, metrics, train, train_in_process,
+                                   trainer_command)
 
 pytestmark = pytest.mark.slow  # every test starts accelerate launch
 
@@ -74,18 +75,14 @@ def test_checkpoints_leave_out_frozen_modules(hundred_steps):
     assert any(k.startswith("backbone_interface.extractor.transformer.") for k in weights)
 
 
-def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
-    common = ("--trainer.max_train_steps=20", "--trainer.save_interval=10", "--trainer.eval_interval=5",
-              "--trainer.logging_frequency=5")
-    straight = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "straight", *common)
-    assert straight.returncode == 0, straight.stderr[-3000:]
-
+def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
+                                                              uninterrupted_run):
     killed_dir = tmp_path / "killed"
     process = subprocess.Popen(
-        trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *common),
+        trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *RESUME_RUN),
         cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    marker = killed_dir / "checkpoints/steps_10_training_state/trainer_state.json"
+    marker = killed_dir / "checkpoints/steps_6_training_state/trainer_state.json"
     deadline = time.monotonic() + 600
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -96,15 +93,15 @@ def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir,
     assert marker.exists()
     assert not (killed_dir / "final_model").exists(), "the run finished before the kill; nothing was interrupted"
 
-    resumed = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *common, "--trainer.is_resume=true")
+    resumed = train(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "killed", *RESUME_RUN, "--trainer.is_resume=true")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr
-    a = torch.load(tmp_path / "straight/final_model/pytorch_model.pt", weights_only=True)
+    a = torch.load(uninterrupted_run / "final_model/pytorch_model.pt", weights_only=True)
     b = torch.load(killed_dir / "final_model/pytorch_model.pt", weights_only=True)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
-    losses = lambda run: [(r["step"], r["total_loss"]) for r in metrics(tmp_path / run) if "total_loss" in r]
-    assert losses("straight") == losses("killed")
+    losses = lambda run_dir: [(r["step"], r["total_loss"]) for r in metrics(run_dir) if "total_loss" in r]
+    assert losses(uninterrupted_run) == losses(killed_dir)
 
 
 def test_two_processes_train_and_hold_equal_weights(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):

@@ -3,12 +3,14 @@ client written from the protocol alone (raw_pack, raw_unpack, example) and a ser
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import msgpack
 import numpy as np
@@ -80,3 +82,17 @@ def wait_for_port(process: subprocess.Popen, lines: list[str], deadline_s: float
         if found:
             return int(found.group(1))
     raise AssertionError("the server did not start listening in time")
+
+
+@contextlib.contextmanager
+def served(ckpt: Path, *args: str) -> Iterator[tuple[subprocess.Popen, int, list[str]]]:
+    """A server process on `ckpt` (CPU, loopback, a free port), awaited until it listens: (process, port, the
+    stderr lines read so far). Killed at the end if the test left it running."""
+    process = server_process("--ckpt", str(ckpt), "--host", "127.0.0.1", "--port", "0", "--device", "cpu", *args)
+    lines: list[str] = []
+    try:
+        yield process, wait_for_port(process, lines), lines
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

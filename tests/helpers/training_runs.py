@@ -52,6 +52,12 @@ def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subproce
     )
 
 
+# The interrupted-and-resumed runs (kill -9, SIGTERM) and the uninterrupted run they must end equal to: a state
+# at step 6, an evaluation every 4 steps, every step logged, a DataLoader worker (a signal must reach it too).
+RESUME_RUN = ("--trainer.max_train_steps=12", "--trainer.save_interval=6", "--trainer.eval_interval=4",
+              "--trainer.logging_frequency=1", "--datasets.vla_data.num_workers=1")
+
+
 def train_in_process(pipeline, data, run_root, run_id, *overrides) -> subprocess.CompletedProcess:
     """`main()` of the trainer in this process, with `train()`'s result: exit code and what it wrote to stderr.
 
