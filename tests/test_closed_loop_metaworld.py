@@ -104,7 +104,8 @@ def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env,
     side = 48 if version == "v3.0" else int(SIZE)
     assert info["features"]["observation.images.primary_image"]["shape"] == [side, side, 3]
     dataset = build_vla_dataset(data_cfg(root, DATA_MIX, "datasets.vla_data.max_state_dim=16",
-                                         "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32"))
+                                         "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32",
+                                         "datasets.vla_data.holdout_episodes=0"))  # v3.0 has one episode
     stats = dataset.statistics()["franka"]
     assert stats["num_trajectories"] == episodes and stats["num_transitions"] == info["total_frames"]
     # Expert episodes end at success, within collect's step limit.
@@ -176,6 +177,7 @@ def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir
     train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
                             f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
                             "--run_id=mw", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
+                            "--datasets.vla_data.holdout_episodes=0",  # no held-out pass: the closed loop tests
                             f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--datasets.vla_data.num_workers=0",
                             "--trackers=[jsonl]", *MODEL], cwd=ROOT, env=env(), capture_output=True, text=True,
                            timeout=900)
