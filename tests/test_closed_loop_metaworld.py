@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,13 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def sim_env() -> Path:
-    """The simulator environment, built once (CI builds it here; a failed build fails the tests)."""
-    build = subprocess.run(["make", "sim-env"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    """The simulator environment, built once (CI builds it here; a failed build fails the tests).
+
+    conftest points HOME at a session folder, so the build cache `make sim-env` keeps across runs lives under the
+    system's temporary folder unless SIM_ENV_CACHE names one."""
+    cache = os.environ.get("SIM_ENV_CACHE") or str(Path(tempfile.gettempdir()) / "dit4dit-sim-env")
+    build = subprocess.run(["make", "sim-env", f"SIM_ENV_CACHE={cache}"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)
     assert build.returncode == 0, f"make sim-env failed:\n{build.stdout[-2000:]}\n{build.stderr[-2000:]}"
     probe = subprocess.run([str(SIM_PYTHON), "-c", "import sys, DiT4DiT.evaluation.metaworld, DiT4DiT.serving.client, "
                             "DiT4DiT.tools.tiny_dataset; assert 'torch' not in sys.modules"],
