@@ -1,6 +1,7 @@
 """Closed loop on Meta-World: expert demos -> the tiny model trained through the launcher -> success rate.
 
     python bench/bench_closed_loop.py --task handle-press-v3 [--demos 50] [--steps 500] [--episodes 50] [--json FILE]
+    python bench/bench_closed_loop.py --task reach-v3 --cameras across,topview --goal_marker 0.04 ...
 
 Collects demonstrations (seeds 0..), trains the tiny config on them for a fixed number of steps with
 `scripts/train_8p.sh`, serves the last checkpoint, and evaluates `--episodes` configurations it never saw
@@ -56,6 +57,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes per policy")
     parser.add_argument("--max_steps", type=int, default=150, help="env steps before an episode fails")
     parser.add_argument("--image_size", type=int, default=64, help="camera resolution")
+    parser.add_argument("--cameras", default="corner,gripperPOV", help="primary,wrist cameras (collect and evaluate)")
+    parser.add_argument("--goal_marker", type=float, default=0.0, help="goal drawn green with this radius (m)")
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) // 2),
                         help="OMP_NUM_THREADS of each process")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_closed_loop",
@@ -73,10 +76,11 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(args.threads), WANDB_MODE="offline",
                HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     metaworld = [str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld"]
+    views = ["--image_size", str(args.image_size), "--cameras", args.cameras, "--goal_marker", str(args.goal_marker)]
     started = time.monotonic()
 
     collect_s = run([*metaworld, "collect", "--task", args.task, "--episodes", str(args.demos), "--out",
-                     str(work / "data"), "--image_size", str(args.image_size), "--overwrite"], env, work / "collect.log")
+                     str(work / "data"), *views, "--overwrite"], env, work / "collect.log")
     run_id = f"{args.task}_{args.demos}demos_{args.steps}steps"
     shutil.rmtree(work / "runs" / run_id, ignore_errors=True)  # a fresh run, not a resume of an earlier bench
     train_s = run(["bash", "scripts/train_8p.sh", "--device=cpu", "--data_mix=multi_robot",
@@ -100,8 +104,8 @@ def main() -> int:
         for name, options in policies.items():
             out = work / "eval" / name
             evaluate_s[name] = run([*metaworld, "evaluate", "--task", args.task, "--episodes", str(args.episodes),
-                                    "--max_steps", str(args.max_steps), "--image_size", str(args.image_size),
-                                    "--out", str(out), *options], env, work / f"eval_{name}.log")
+                                    "--max_steps", str(args.max_steps), *views, "--out", str(out), *options],
+                                   env, work / f"eval_{name}.log")
             results[name] = json.loads((out / "summary.json").read_text())
     finally:
         server.terminate()
@@ -112,6 +116,7 @@ def main() -> int:
     report = {
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
+        "cameras": args.cameras, "goal_marker": args.goal_marker,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
                       for name in ("blank_images", "zero", "random")},

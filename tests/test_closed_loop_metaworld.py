@@ -1,5 +1,8 @@
 """Meta-World in closed loop, in its own environment (.venv-metaworld, built here by `make sim-env`): expert demos
-written as a dataset our reader takes, the zero policy's summary, bad input, and demos -> train -> serve -> episodes."""
+written as a dataset our reader takes, the zero policy's summary, bad input, and demos -> train -> serve -> episodes.
+
+Simulator processes start few and render small (32 px, the tiny model's size): starting one and rendering are
+most of this file's time on a busy CI machine."""
 
 from __future__ import annotations
 
@@ -8,16 +11,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from DiT4DiT.evaluation.metaworld import DATA_MIX, DATASET_FOLDER, dataset_action, env_action
+from DiT4DiT.evaluation.metaworld import DATA_MIX, DATASET_FOLDER, camera_pair, dataset_action, env_action
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
 TASK = "handle-press-v3"
+SIZE = "32"  # camera resolution of every simulator call here
 CHUNK = 8  # the tiny config's future_action_window_size + 1
 MODEL = ("--framework.action_model.state_dim=16", "--framework.action_model.action_dim=7",
          "--datasets.vla_data.max_state_dim=16", "--datasets.vla_data.max_action_dim=7")
@@ -45,8 +50,13 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def sim_env() -> Path:
-    """The simulator environment, built once (CI builds it here; a failed build fails the tests)."""
-    build = subprocess.run(["make", "sim-env"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    """The simulator environment, built once (CI builds it here; a failed build fails the tests).
+
+    conftest points HOME at a session folder, so the build cache `make sim-env` keeps across runs lives under the
+    system's temporary folder unless SIM_ENV_CACHE names one."""
+    cache = os.environ.get("SIM_ENV_CACHE") or str(Path(tempfile.gettempdir()) / "dit4dit-sim-env")
+    build = subprocess.run(["make", "sim-env", f"SIM_ENV_CACHE={cache}"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)
     assert build.returncode == 0, f"make sim-env failed:\n{build.stdout[-2000:]}\n{build.stderr[-2000:]}"
     probe = subprocess.run([str(SIM_PYTHON), "-c", "import sys, DiT4DiT.evaluation.metaworld, DiT4DiT.serving.client, "
                             "DiT4DiT.tools.tiny_dataset; assert 'torch' not in sys.modules"],
@@ -57,9 +67,9 @@ def sim_env() -> Path:
 
 @pytest.fixture(scope="session")
 def demos(sim_env, tmp_path_factory) -> Path:
-    """Data root with two handle-press expert demos (64 px), as `collect` writes them."""
+    """Data root with two handle-press expert demos (32 px), as `collect` writes them."""
     root = tmp_path_factory.mktemp("metaworld_demos")
-    result = metaworld("collect", "--task", TASK, "--episodes", "2", "--out", str(root))
+    result = metaworld("collect", "--task", TASK, "--episodes", "2", "--out", str(root), "--image_size", SIZE)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"--data_mix={DATA_MIX} --data_root_dir={root}" in result.stdout
     return root
@@ -73,25 +83,39 @@ def test_actions_map_between_the_env_and_the_dataset_layout():
     assert env_action(np.array([3.0, 0, 0, 0, 0, 0, -2.0])).tolist() == [1.0, 0.0, 0.0, -1.0]  # clipped to the env
 
 
+def test_cameras_are_named_as_a_primary_wrist_pair():
+    import argparse
+
+    assert camera_pair("across, topview") == ("across", "topview")
+    for bad in ("corner", "corner,gripperPOV,topview", "corner,"):
+        with pytest.raises(argparse.ArgumentTypeError, match="primary then wrist"):
+            camera_pair(bad)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
-def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env, data_cfg, tmp_path, version):
+@pytest.mark.parametrize("version, episodes", [("v2.1", 2), ("v3.0", 1)])
+def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env, data_cfg, tmp_path, version,
+                                                                  episodes):
     from DiT4DiT.dataloader import build_vla_dataset
 
     root = demos
     if version == "v3.0":
         root = tmp_path / "v3"
-        result = metaworld("collect", "--task", TASK, "--episodes", "2", "--out", str(root), "--lerobot_version", "v3.0")
+        result = metaworld("collect", "--task", TASK, "--episodes", str(episodes), "--out", str(root),
+                           "--lerobot_version", "v3.0", "--image_size", "48")
         assert result.returncode == 0, result.stderr[-3000:]
     folder = root / DATASET_FOLDER
     info = json.loads((folder / "meta/info.json").read_text())
-    assert info["codebase_version"] == version and info["total_episodes"] == 2
-    assert info["features"]["observation.images.primary_image"]["shape"] == [64, 64, 3]
+    assert info["codebase_version"] == version and info["total_episodes"] == episodes
+    side = 48 if version == "v3.0" else int(SIZE)
+    assert info["features"]["observation.images.primary_image"]["shape"] == [side, side, 3]
     dataset = build_vla_dataset(data_cfg(root, DATA_MIX, "datasets.vla_data.max_state_dim=16",
-                                         "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32"))
+                                         "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32",
+                                         "datasets.vla_data.holdout_episodes=0"))  # v3.0 has one episode
     stats = dataset.statistics()["franka"]
-    assert stats["num_trajectories"] == 2 and stats["num_transitions"] == info["total_frames"]
-    assert 2 * 10 <= info["total_frames"] <= 2 * 300  # expert episodes end at success, within collect's step limit
+    assert stats["num_trajectories"] == episodes and stats["num_transitions"] == info["total_frames"]
+    # Expert episodes end at success, within collect's step limit.
+    assert episodes * 10 <= info["total_frames"] <= episodes * 300
     state_min, state_max = np.array(stats["state"]["min"]), np.array(stats["state"]["max"])
     # Hand position inside Meta-World's hand space (m), the pad zero, the finger opening within 0..1.
     assert (state_min[:3] >= [-0.525, 0.348, -0.0525]).all() and (state_max[:3] <= [0.525, 1.025, 0.7]).all()
@@ -107,20 +131,28 @@ def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env,
 
 @pytest.mark.slow
 def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path):
-    result = metaworld("evaluate", "--policy", "zero", "--task", TASK, "--episodes", "2", "--max_steps", "20",
-                       "--videos", "1", "--out", str(tmp_path))
+    # On reach-v3 with the views its benchmark uses: our own camera and the enlarged goal marker.
+    task = "reach-v3"
+    result = metaworld("evaluate", "--policy", "zero", "--task", task, "--episodes", "2", "--max_steps", "20",
+                       "--videos", "1", "--out", str(tmp_path), "--image_size", SIZE, "--cameras", "across,topview",
+                       "--goal_marker", "0.04")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["suite"] == "metaworld" and summary["task"] == TASK and summary["policy"] == "zero"
+    assert summary["suite"] == "metaworld" and summary["task"] == task and summary["policy"] == "zero"
     assert summary["episodes"] == 2 and summary["successes"] == 0 and summary["success_rate"] == 0.0
     assert summary["outcomes"] == [False, False] and summary["episode_lengths"] == [20, 20]
     assert summary["ci95"][0] == 0.0 and 0.5 < summary["ci95"][1] < 0.9  # Wilson, 0 of 2
     assert summary["latency"] is None and summary["seeds"] == [1000, 1001]
+    assert summary["cameras"] == ["across", "topview"] and summary["goal_marker"] == 0.04
     adapters = json.loads((tmp_path / "success_rate_summary.json").read_text())
-    assert adapters["per_task"] == {f"metaworld/{TASK}": 0.0} and adapters["episodes"] == 2
+    assert adapters["per_task"] == {f"metaworld/{task}": 0.0} and adapters["episodes"] == 2
     from PIL import Image
 
-    assert Image.open(tmp_path / "frames.png").size == (8 * 64, 64)  # one episode row of 8 frames
+    strip = np.asarray(Image.open(tmp_path / "frames.png").convert("RGB"))
+    assert strip.shape == (32, 8 * 32, 3)  # one episode row of 8 frames
+    # The green marker shows: pixels far greener than red and blue (none in Meta-World's own colours).
+    green = strip[..., 1].astype(int) - np.maximum(strip[..., 0], strip[..., 2]) > 100
+    assert green.reshape(32, 8, 32).sum(axis=(0, 2)).min() > 0
     assert (tmp_path / "outcomes.png").stat().st_size > 0
 
 
@@ -151,6 +183,7 @@ def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir
     train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
                             f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
                             "--run_id=mw", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
+                            "--datasets.vla_data.holdout_episodes=0",  # no held-out pass: the closed loop tests
                             f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--datasets.vla_data.num_workers=0",
                             "--trackers=[jsonl]", *MODEL], cwd=ROOT, env=env(), capture_output=True, text=True,
                            timeout=900)
@@ -163,7 +196,7 @@ def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir
     try:
         out = tmp_path / "eval"
         result = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "300", "--task", TASK,
-                           "--episodes", "2", "--max_steps", "12", "--out", str(out))
+                           "--episodes", "2", "--max_steps", "12", "--out", str(out), "--image_size", SIZE)
         assert result.returncode == 0, result.stderr[-3000:]
         with PolicyClient("127.0.0.1", port, wait_s=10) as client:
             meta = client.metadata
@@ -175,7 +208,8 @@ def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir
         server.terminate()
         server.wait(timeout=60)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["policy"] == "server" and summary["episodes"] == 2 and summary["image_size"] == 64
+    assert summary["policy"] == "server" and summary["episodes"] == 2 and summary["image_size"] == int(SIZE)
+    assert summary["cameras"] == ["corner", "gripperPOV"] and summary["goal_marker"] == 0.0
     assert len(summary["episode_lengths"]) == 2 and all(1 <= n <= 12 for n in summary["episode_lengths"])
     # One request per action chunk: 12 steps need 2 chunks of 8 per episode (fewer for an episode that succeeds).
     expected = sum(-(-n // CHUNK) for n in summary["episode_lengths"])

@@ -14,8 +14,9 @@ The dataset goes to DATA_ROOT/LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerob
   action x y z        hand displacement, -1..1 (times 1 cm per step)
          roll pitch yaw   0
          gripper      grip effort, -1 (open) .. 1 (close)
-  video  primary_image = camera "corner" (turned upright), wrist_image = camera "gripperPOV"
-The goal position is never in the state: on tasks such as reach-v3 only the cameras show it.
+  video  primary_image, wrist_image = the two --cameras (default "corner" turned upright, "gripperPOV")
+The goal position is never in the state: on tasks such as reach-v3 only the cameras show it (at 32 px only with
+--cameras across,topview --goal_marker 0.04; evaluate with the cameras and marker the demos were collected with).
 Episode i of a run uses seed --seed + i: collect's default seeds (0..) and evaluate's (1000..) never meet, so an
 evaluation runs on configurations the demonstrations never showed.
 """
@@ -46,7 +47,12 @@ SUITE = "metaworld"
 DATA_CONFIG = "libero_franka"
 DATA_MIX = "multi_robot"
 DATASET_FOLDER = "LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot"
-CAMERAS = {"primary_image": "corner", "wrist_image": "gripperPOV"}  # dataset camera -> Meta-World camera
+VIEWS = ("primary_image", "wrist_image")  # the dataset's cameras, in the order `--cameras` names them
+DEFAULT_CAMERAS = ("corner", "gripperPOV")
+# Our own camera besides Meta-World's named ones: the working area seen from across the table, so a goal in front
+# of the hand (reach-v3's) is never behind the arm. (lookat (m), distance (m), azimuth, elevation (degrees))
+FREE_CAMERAS = {"across": ((0.0, 0.75, 0.12), 0.75, -90.0, -35.0)}
+GOAL_MARKER_RGBA = (0.0, 1.0, 0.0, 1.0)  # green: Meta-World's dark red goal is lost against the red arm
 ENV_ACTION_DIM = 4  # dx, dy, dz, grip
 DATASET_FPS = 20
 
@@ -84,10 +90,12 @@ def instruction_of(task: str) -> str:
 class Scene:
     """One Meta-World task with the goal observable (its scripted expert needs it), rendered by two cameras.
 
-    `reset(seed)` draws the configuration from that seed alone, so a seed names one configuration.
+    `reset(seed)` draws the configuration from that seed alone, so a seed names one configuration. `cameras` are
+    Meta-World camera names or FREE_CAMERAS keys; goal_marker > 0 draws the task's target sites green with that
+    radius (m), which only changes the pictures: sites have no physics and success is measured from the positions.
     """
 
-    def __init__(self, task: str, image_size: int):
+    def __init__(self, task: str, image_size: int, cameras=DEFAULT_CAMERAS, goal_marker: float = 0.0):
         select_gl_backend()
         import mujoco
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
@@ -108,6 +116,8 @@ class Scene:
         env.model.vis.quality.shadowsize = 0
         env.model.vis.quality.offsamples = 0
         self.env = env
+        self.cameras = [self._camera(name, mujoco) for name in cameras]
+        self.goal_marker = goal_marker
         # The experts' gains exceed the action range on purpose; the clip below is what the env would do.
         warnings.filterwarnings("ignore", message="Constant.*may be too high", category=UserWarning)
         self.expert = ENV_POLICY_MAP[task]()
@@ -121,9 +131,26 @@ class Scene:
         self.max_path_length = int(env.max_path_length)
         self.obs: np.ndarray | None = None
 
+    def _camera(self, name: str, mujoco):
+        if name in FREE_CAMERAS:
+            lookat, distance, azimuth, elevation = FREE_CAMERAS[name]
+            camera = mujoco.MjvCamera()
+            camera.type = mujoco.mjtCamera.mjCAMERA_FREE
+            camera.lookat[:], camera.distance, camera.azimuth, camera.elevation = lookat, distance, azimuth, elevation
+            return camera
+        names = [self.env.model.camera(i).name for i in range(self.env.model.ncam)]
+        if name not in names:
+            raise BadArgument(f"--cameras: {name!r} is not a camera of {self.task}; use two of "
+                              f"{', '.join(names + list(FREE_CAMERAS))}")
+        return name
+
     def reset(self, seed: int) -> None:
         self.env.seed(seed)
         self.obs, _ = self.env.reset()
+        if self.goal_marker > 0:  # the target sites are known once a configuration is drawn
+            for name, _ in self.env._target_site_config:
+                site = self.env.model.site(name)
+                site.size[0], site.rgba[:] = self.goal_marker, GOAL_MARKER_RGBA
 
     def state(self) -> np.ndarray:
         """(8,) in the dataset's state layout (module docstring)."""
@@ -133,10 +160,11 @@ class Scene:
     def views(self) -> list[np.ndarray]:
         """[primary, wrist] (S, S, 3) uint8."""
         frames = []
-        for camera in CAMERAS.values():
+        for camera in self.cameras:
             self.renderer.update_scene(self.env.data, camera=camera)
             frame = self.renderer.render()
-            frames.append(np.ascontiguousarray(frame[::-1, ::-1]) if camera == "corner" else frame.copy())
+            upright = isinstance(camera, str) and camera == "corner"  # Meta-World's corner camera is upside down
+            frames.append(np.ascontiguousarray(frame[::-1, ::-1]) if upright else frame.copy())
         return frames
 
     def expert_action(self) -> np.ndarray:
@@ -170,12 +198,12 @@ def expert_episode(scene: Scene, seed: int, max_steps: int):
     from DiT4DiT.tools.tiny_dataset import Episode
 
     scene.reset(seed)
-    states, actions, frames = [], [], {name: [] for name in CAMERAS}
+    states, actions, frames = [], [], {name: [] for name in VIEWS}
     for _ in range(max_steps):
         action = scene.expert_action()
         states.append(scene.state())
         actions.append(dataset_action(action))
-        for name, view in zip(CAMERAS, scene.views()):
+        for name, view in zip(VIEWS, scene.views()):
             frames[name].append(view)
         if scene.step(action):
             return Episode(np.stack(states), np.stack(actions), {k: np.stack(v) for k, v in frames.items()})
@@ -183,7 +211,7 @@ def expert_episode(scene: Scene, seed: int, max_steps: int):
 
 
 def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: int = 0, max_steps: int = 300,
-            version: str = "v2.1", overwrite: bool = False) -> Path:
+            version: str = "v2.1", overwrite: bool = False, cameras=DEFAULT_CAMERAS, goal_marker: float = 0.0) -> Path:
     """Write `episodes` successful expert episodes under out/DATASET_FOLDER; returns that folder."""
     from DiT4DiT.tools import tiny_dataset
 
@@ -196,7 +224,7 @@ def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: 
     target = Path(out) / DATASET_FOLDER
     if target.exists() and not overwrite:
         raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
-    scene = Scene(task, image_size)
+    scene = Scene(task, image_size, cameras, goal_marker)
     content, attempts, started = [], 0, time.monotonic()
     try:
         while len(content) < episodes:
@@ -329,7 +357,7 @@ def connect(server: str, wait_s: float):
 
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
              blank_images: bool = False, image_size: int = 64, seed: int = 1000, max_steps: int = 150,
-             videos: int = 3, wait_s: float = 10.0) -> dict:
+             videos: int = 3, wait_s: float = 10.0, cameras=DEFAULT_CAMERAS, goal_marker: float = 0.0) -> dict:
     """Run the episodes; write summary.json, the adapters' result files, outcomes.png and frames.png into out."""
     from DiT4DiT.evaluation.closed_loop_report import plot_outcomes, write_frame_strip, write_summary
     from DiT4DiT.evaluation.summary import summarize, write_task_result
@@ -347,7 +375,7 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     size = image_size
-    scene = Scene(task, size)
+    scene = Scene(task, size, cameras, goal_marker)
     outcomes, lengths, strips, started = [], [], [], time.monotonic()
     try:
         for i in range(episodes):
@@ -366,13 +394,31 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     label = policy_name + (" (blank images)" if blank_images else "")
     summary = write_summary(out, SUITE, task, outcomes, lengths, latencies_s=policy.latencies_s, wall_s=wall,
                             policy=label, server=server, max_steps=max_steps, image_size=size,
-                            seeds=[seed, seed + episodes - 1])
+                            seeds=[seed, seed + episodes - 1], cameras=list(cameras), goal_marker=goal_marker)
     write_task_result(out, SUITE, task, outcomes)
     summarize(out)
     plot_outcomes(out / "outcomes.png", outcomes, lengths, max_steps, f"{task}, {label}")
     if strips:
         write_frame_strip(out / "frames.png", strips)
     return summary
+
+
+def camera_pair(text: str) -> tuple[str, str]:
+    names = tuple(name.strip() for name in text.split(","))
+    if len(names) != 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: name two cameras, primary then wrist, e.g. corner,gripperPOV")
+    return names
+
+
+def add_view_options(parser: argparse.ArgumentParser) -> None:
+    """What the cameras show; evaluate must be given what collect was."""
+    parser.add_argument("--image_size", type=int, default=64,
+                        help="camera resolution, square (evaluate resizes views to the served model's image_size)")
+    parser.add_argument("--cameras", type=camera_pair, default=DEFAULT_CAMERAS,
+                        help=f"primary,wrist: Meta-World cameras or {', '.join(FREE_CAMERAS)} "
+                             f"(default {','.join(DEFAULT_CAMERAS)})")
+    parser.add_argument("--goal_marker", type=float, default=0.0,
+                        help="draw the goal green with this radius in m (0: as Meta-World draws it)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -382,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--task", required=True, help="Meta-World v3 task, e.g. handle-press-v3")
     c.add_argument("--episodes", type=int, required=True, help="successful episodes to write")
     c.add_argument("--out", type=Path, required=True, help=f"data root; the dataset goes to OUT/{DATASET_FOLDER}")
-    c.add_argument("--image_size", type=int, default=64, help="camera resolution (square)")
+    add_view_options(c)
     c.add_argument("--lerobot_version", default="v2.1", help="layout to write: v2.1 or v3.0")
     c.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED + i")
     c.add_argument("--max_steps", type=int, default=300, help="longest expert episode kept")
@@ -394,8 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--server", help="HOST:PORT of `python -m DiT4DiT.serving.server`")
     e.add_argument("--policy", default="server", choices=("server", "zero", "random"))
     e.add_argument("--blank_images", action="store_true", help="send black frames (does the model use its cameras?)")
-    e.add_argument("--image_size", type=int, default=64,
-                   help="camera resolution, as collected (views are resized to the served model's image_size)")
+    add_view_options(e)
     e.add_argument("--seed", type=int, default=1000, help="episode i uses seed SEED + i (collect uses 0..)")
     e.add_argument("--max_steps", type=int, default=150, help="steps before an episode counts as a failure")
     e.add_argument("--videos", type=int, default=3, help="episodes shown in frames.png")
@@ -409,12 +454,14 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(task_names()))
         elif args.command == "collect":
             folder = collect(args.task, args.episodes, args.out, image_size=args.image_size, seed=args.seed,
-                             max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite)
+                             max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite,
+                             cameras=args.cameras, goal_marker=args.goal_marker)
             print(f"{folder}\ntrain on it with: --data_mix={DATA_MIX} --data_root_dir={args.out}")
         else:
             summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
                                blank_images=args.blank_images, image_size=args.image_size, seed=args.seed,
-                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s)
+                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s,
+                               cameras=args.cameras, goal_marker=args.goal_marker)
             low, high = summary["ci95"]
             print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
                   f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "
