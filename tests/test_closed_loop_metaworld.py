@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 from DiT4DiT.evaluation.metaworld import DATA_MIX, DATASET_FOLDER, camera_pair, dataset_action, env_action
+from helpers.cli_runs import error_lines, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
@@ -36,16 +36,6 @@ def env() -> dict:
 def metaworld(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld", *args], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=timeout)
-
-
-def error_lines(result: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +12,13 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.training import checkpoint as ckpt
+from helpers.cli_runs import free_port
 
 pytestmark = pytest.mark.slow  # two launchers, each with accelerate launch
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "scripts" / "train_8p.sh"
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch_two_nodes(common: list[str], per_node: dict[int, list[str]] | None = None) -> list[subprocess.CompletedProcess]:
