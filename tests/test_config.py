@@ -13,6 +13,7 @@ from DiT4DiT.config.schema import (
 )
 from DiT4DiT.config.keys import Key, coerce
 from DiT4DiT.config.validate import validate_training_config
+from helpers.fixtures_model import TINY_BACKBONE
 
 ROBOTWIN = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
 TINY = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
@@ -335,8 +336,7 @@ def _valid(tmp_path, *overrides):
 
 def _on_tiny(tiny_pipeline_dir):
     """RoboTwin's keys with the tiny pipeline as base model: its transformer is 4 blocks of width 32."""
-    return [f"framework.cosmos25.base_model={tiny_pipeline_dir}", "framework.cosmos25.extract_layer=2",
-            "framework.cosmos25.vl_hidden_dim=32", "framework.action_model.diffusion_model_cfg.cross_attention_dim=32"]
+    return [f"framework.cosmos25.base_model={tiny_pipeline_dir}", *TINY_BACKBONE]
 
 
 def test_a_valid_training_launch_passes(tmp_path, tiny_pipeline_dir):

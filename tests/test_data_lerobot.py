@@ -19,6 +19,7 @@ from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.tools import modality as modality_tool
 from DiT4DiT.tools.tiny_dataset import generate_lerobot
 from helpers.fixtures_data import make_read_only, make_writable, snapshot
+from helpers.fixtures_model import TINY_BACKBONE
 
 LIBERO = ("datasets.vla_data.max_state_dim=16", "datasets.vla_data.max_action_dim=14")
 
@@ -260,4 +261,5 @@ def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, d
     with pytest.raises(ConfigError, match=rf"data_mix={missing}: {missing} does not exist; give a dataset folder"):
         validate_training_config(data_cfg("null", str(missing), "framework.cosmos25.base_model=/"))
     # A path needs no data_root_dir.
-    validate_training_config(data_cfg("null", str(lerobot_sets["v3_videos"]), f"framework.cosmos25.base_model={tiny_pipeline_dir}"))
+    validate_training_config(data_cfg("null", str(lerobot_sets["v3_videos"]), f"framework.cosmos25.base_model={tiny_pipeline_dir}",
+                                      *TINY_BACKBONE))

@@ -12,6 +12,9 @@ from DiT4DiT.config.schema import load_config
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
 
 TINY_YAML = Path(__file__).resolve().parents[2] / "DiT4DiT" / "config" / "tiny" / "dit4dit_tiny.yaml"
+# The backbone keys that fit the tiny pipeline (4 blocks of width 32), for a full-size config checked against it.
+TINY_BACKBONE = ("framework.cosmos25.extract_layer=2", "framework.cosmos25.vl_hidden_dim=32",
+                 "framework.action_model.diffusion_model_cfg.cross_attention_dim=32")
 
 
 @pytest.fixture(scope="session")
