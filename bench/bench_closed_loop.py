@@ -57,6 +57,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes per policy")
     parser.add_argument("--max_steps", type=int, default=150, help="env steps before an episode fails")
     parser.add_argument("--image_size", type=int, default=64, help="camera resolution")
+    parser.add_argument("--model_image_size", type=int, default=32,
+                        help="the model's frame side (datasets.vla_data.image_size; the tiny config's 32 by default)")
     parser.add_argument("--cameras", default="corner,gripperPOV", help="primary,wrist cameras (collect and evaluate)")
     parser.add_argument("--goal_marker", type=float, default=0.0, help="goal drawn green with this radius (m)")
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) // 2),
@@ -88,7 +90,8 @@ def main() -> int:
                    f"--run_id={run_id}", f"--max_train_steps={args.steps}", f"--save_interval={args.steps}",
                    f"--per_device_batch_size={args.batch}", f"--trainer.eval_interval={args.steps}",
                    f"--datasets.vla_data.cache_dir={work / 'cache'}", "--datasets.vla_data.num_workers=0",
-                   "--trackers=[jsonl]", *MODEL_OVERRIDES], env, work / "train.log")
+                   f"--datasets.vla_data.image_size={args.model_image_size}", "--trackers=[jsonl]", *MODEL_OVERRIDES],
+                  env, work / "train.log")
     ckpt = work / "runs" / run_id / "checkpoints" / f"steps_{args.steps}_pytorch_model.pt"
 
     port = free_port()
@@ -116,7 +119,7 @@ def main() -> int:
     report = {
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
-        "cameras": args.cameras, "goal_marker": args.goal_marker,
+        "cameras": args.cameras, "goal_marker": args.goal_marker, "model_image_size": args.model_image_size,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
                       for name in ("blank_images", "zero", "random")},
