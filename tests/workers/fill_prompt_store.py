@@ -43,6 +43,7 @@ def main() -> None:
     }
     (out / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
     accelerator.wait_for_everyone()
+    torch.distributed.destroy_process_group()  # before interpreter exit, as the trainer does (gloo's teardown)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = {"rank": rank, "record": record, "with_nan": with_nan, "all_finite": all_finite}
     (out / f"rank{rank}.json").write_text(json.dumps(result))
+    # As the trainer does: a process group left to interpreter exit can abort in gloo's teardown (SIGABRT,
+    # "terminate called without an active exception").
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
