@@ -175,6 +175,8 @@ class Doctor:
         self.cfg, self.cfg_error = self._load_config()
         cfg_model = self.cfg.framework.cosmos25.base_model if self.cfg is not None else None
         self.base_model = Path(args.base_model or cfg_model or model_default)
+        # Read once (a header per weight file): the base-model check and the three checks that need the folder.
+        self.base_model_problems = pipeline_folder_problems(self.base_model)
         self.num_processes = args.num_processes or (len(self.topo.visible) if self.topo else 1)
         self.num_machines = args.num_machines
         self._probe: tuple[dict | None, str] | None = None
@@ -402,14 +404,13 @@ class Doctor:
         return Check("config", "PASS", f"{self.config_yaml} loads")
 
     def check_base_model(self) -> Check:
-        problems = pipeline_folder_problems(self.base_model)
-        if problems:
-            return Check("base_model", "FAIL", " | ".join(problems))
+        if self.base_model_problems:
+            return Check("base_model", "FAIL", " | ".join(self.base_model_problems))
         return Check("base_model", "PASS", f"{self.base_model} is complete")
 
     def check_memory(self) -> Check:
         name = "device_memory"
-        if self.cfg is None or pipeline_folder_problems(self.base_model):
+        if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         views = mixture_views(self.cfg.datasets.vla_data.data_mix, self.cfg.datasets.vla_data.data_config)
         est = estimate_training_memory(self.base_model, self.cfg, self.world_size, views)
@@ -430,7 +431,7 @@ class Doctor:
 
     def check_prompt_store(self) -> Check:
         name = "prompt_store"
-        if self.cfg is None or pipeline_folder_problems(self.base_model):
+        if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         est, error = run_probe(STORE_ESTIMATE_PROBE.format(config=str(self.config_yaml), model=str(self.base_model)))
         if est is None:
@@ -453,7 +454,7 @@ class Doctor:
 
     def check_host_memory(self) -> Check:
         name = "host_memory"
-        if self.cfg is None or pipeline_folder_problems(self.base_model):
+        if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         counts = [safetensors_param_count(self.base_model / part) or 0 for part in ("text_encoder", "transformer", "vae")]
         weights = sum(counts) * (4 if self.cfg.framework.cosmos25.torch_dtype == "float32" else 2)

@@ -12,6 +12,7 @@ import torch
 
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.facts import num_output_frames
 from DiT4DiT.serving.layout import run_layout
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class PolicyShape:
     @classmethod
     def of(cls, config, max_batch: int, views: str = "side_by_side") -> "PolicyShape":
         head, data = config.framework.action_model, config.datasets.vla_data
-        frames = len(range(0, len(data.video_delta_indices), data.action_video_freq_ratio))
+        frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
         return cls(int(data.image_size), int(head.state_dim or 0), int(head.future_action_window_size) + 1,
                    int(head.action_dim), int(max_batch), camera_count(data.data_mix), frames,
                    CHARS_PER_TOKEN * int(config.framework.cosmos25.max_sequence_length), views)
