@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.cli_runs import descendants
 from helpers.fixtures_data import snapshot
-from helpers.training_runs import (RESUME_RUN, ROOT, descendants, environment, metrics, train, train_in_process,
-                                   trainer_command)
+from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
 
 pytestmark = pytest.mark.slow  # accelerate launch, signals and kills; the resume-protocol checks run in-process
 

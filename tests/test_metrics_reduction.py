@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.cli_runs import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "workers"))
@@ -22,8 +23,8 @@ def test_logged_values_are_the_mean_over_ranks_and_steps_plus_the_loss_maximum(t
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", "2",
                str(ROOT / "tests" / "workers" / "reduce_metrics.py"), str(tmp_path)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    result = run_tree(command, cwd=ROOT, timeout=300,
+                      env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 

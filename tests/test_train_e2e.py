@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from helpers.training_runs import (RESUME_RUN, ROOT, descendants, environment, metrics, train, train_in_process,
-                                   trainer_command)
+from helpers.cli_runs import descendants
+from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
 
 pytestmark = pytest.mark.slow  # every test starts accelerate launch
 

@@ -86,22 +86,5 @@ def train_in_process(pipeline, data, run_root, run_id, *overrides) -> subprocess
     return subprocess.CompletedProcess(["train.main", *arguments], code, "", stderr.getvalue())
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torch's launcher starts its workers in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -14,6 +14,7 @@ from accelerate import Accelerator
 
 from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import DeviceWindow
+from DiT4DiT.training.process_group import close_process_group
 
 
 def rank_loss(rank: int, step: int) -> float:
@@ -44,7 +45,7 @@ def main() -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     # As the trainer does: a process group left to interpreter exit can abort in gloo's teardown (SIGABRT,
     # "terminate called without an active exception").
-    torch.distributed.destroy_process_group()
+    close_process_group()
 
 
 if __name__ == "__main__":
