@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.errors import DiT4DiTError
-from DiT4DiT.evaluation.metaworld import BadArgument, SimulatorError, connect, select_gl_backend
-from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
+from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
+from DiT4DiT.evaluation.metaworld import select_gl_backend
+from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
 from DiT4DiT.logging_setup import configure_logging
 
@@ -56,37 +57,18 @@ def libero_observation(obs: dict) -> tuple[list[np.ndarray], np.ndarray]:
     return views, state
 
 
-class LiberoPolicy:
-    """Queries the server every `action_chunk` steps and executes that chunk's rows one per step."""
+class LiberoPolicy(ChunkedPolicy):
+    """The served chunks as LIBERO env actions."""
 
     def __init__(self, client):
-        self.client = client
-        meta = client.metadata
-        self.chunk = int(meta["action_chunk"])
-        self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
-        self.latencies_s: list[float] = []
-        self._actions: np.ndarray | None = None
-        self._step = 0
-
-    def reset(self) -> None:
-        self._actions, self._step = None, 0
+        super().__init__(client)
+        if self.action_dim < 7:
+            raise SimulatorError(f"the served model returns {self.action_dim}-dim actions; LIBERO needs 7 (6 deltas + "
+                                 "gripper): serve a model trained on the libero_franka layout")
 
     def act(self, views: list[np.ndarray], state: np.ndarray, instruction: str) -> list[float]:
         """The env action for this step: 6 deltas and the gripper (-1 open, +1 close, LIBERO's convention)."""
-        if self._step % self.chunk == 0:
-            example = {**camera_fields(views, self.client.metadata), "lang": instruction}
-            if self.encode_state is not None:
-                example["state"] = self.encode_state(state)
-            started = time.perf_counter()
-            try:
-                self._actions = self.client.infer([example])["actions"][0]
-            except Exception as error:  # a server error or a dropped connection ends the evaluation
-                raise SimulatorError(f"the policy server failed on a request: {error}") from None
-            self.latencies_s.append(time.perf_counter() - started)
-        action = np.asarray(self._actions[self._step % self.chunk], dtype=np.float64)
-        self._step += 1
-        if action.size < 7:
-            raise ValueError(f"the served model returns {action.size}-dim actions; LIBERO needs 7 (6 deltas + gripper)")
+        action = np.asarray(self.next_row(views, state, instruction), dtype=np.float64)
         gripper = 1.0 - 2.0 * float(action[6] > 0.5)  # trained as 1 = open; LIBERO takes -1 = open
         return [*action[:6].tolist(), gripper]
 
@@ -219,9 +201,6 @@ def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, t
     outcomes, lengths, strips, started = [], [], [], time.monotonic()
     try:
         policy = LiberoPolicy(client)
-        if int(client.metadata["action_dim"]) < 7:
-            raise SimulatorError(f"the served model returns {client.metadata['action_dim']}-dim actions; LIBERO "
-                                 "needs 7 (6 deltas + gripper): serve a model trained on the libero_franka layout")
         for task_id in chosen:
             task = suite.get_task(task_id)
             init_states = suite.get_task_init_states(task_id)

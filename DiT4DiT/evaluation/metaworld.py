@@ -39,6 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
+from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect
 from DiT4DiT.logging_setup import configure_logging
 
 log = logging.getLogger("dit4dit.metaworld")
@@ -55,16 +57,6 @@ FREE_CAMERAS = {"across": ((0.0, 0.75, 0.12), 0.75, -90.0, -35.0)}
 GOAL_MARKER_RGBA = (0.0, 1.0, 0.0, 1.0)  # green: Meta-World's dark red goal is lost against the red arm
 ENV_ACTION_DIM = 4  # dx, dy, dz, grip
 DATASET_FPS = 20
-
-
-class BadArgument(DiT4DiTError):
-    """A task name or setting that cannot work; the message names it and what to use instead."""
-
-    exit_code = 2
-
-
-class SimulatorError(DiT4DiTError):
-    """The simulator or the policy server cannot be used as asked."""
 
 
 def select_gl_backend() -> str:
@@ -281,49 +273,17 @@ class RandomPolicy(ZeroPolicy):
         return self.rng.uniform(-1.0, 1.0, ENV_ACTION_DIM).astype(np.float32)
 
 
-class ServerPolicy(ZeroPolicy):
-    """Asks the policy server for an action chunk every `action_chunk` steps and executes it row by row.
-
-    blank_images=True sends black frames: what the model makes of the state alone.
-    """
+class ServerPolicy(ChunkedPolicy):
+    """The served chunks as Meta-World env actions."""
 
     def __init__(self, client, blank_images: bool = False):
-        from DiT4DiT.evaluation.observations import StateEncoder
-
-        super().__init__(sees=True)
-        self.client = client
-        meta = self.metadata = client.metadata
-        self.chunk = int(meta["action_chunk"])
-        if int(meta["action_dim"]) != 7:
-            raise SimulatorError(f"the served model returns {meta['action_dim']}-dim actions; this adapter needs the "
-                                 f"7 of the {DATA_CONFIG} layout (train on data from `collect`)")
-        self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
-        self.blank_images = blank_images
-        self._actions: np.ndarray | None = None
-        self._step = 0
-
-    def reset(self) -> None:
-        self._actions, self._step = None, 0
+        super().__init__(client, blank_images)
+        if self.action_dim != 7:
+            raise SimulatorError(f"the served model returns {self.action_dim}-dim actions; this adapter needs the 7 "
+                                 f"of the {DATA_CONFIG} layout (train on data from `collect`)")
 
     def act(self, views, state, instruction) -> np.ndarray:
-        from DiT4DiT.evaluation.observations import camera_fields
-
-        if self._step % self.chunk == 0:
-            if self.blank_images:
-                views = [np.zeros_like(view) for view in views]
-            example = {**camera_fields(views, self.metadata), "lang": instruction}
-            if self.encode_state is not None:
-                example["state"] = self.encode_state(state)
-            started = time.perf_counter()
-            try:
-                self._actions = np.asarray(self.client.infer([example])["actions"][0])
-            except Exception as error:  # a server error or a dropped connection ends the evaluation
-                raise SimulatorError(f"the policy server failed on a request: {error}") from None
-            self.latencies_s.append(time.perf_counter() - started)
-            self.requests += 1
-        row = self._actions[self._step % self.chunk]
-        self._step += 1
-        return env_action(row)
+        return env_action(self.next_row(views, state, instruction))
 
 
 def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bool) -> tuple[bool, int, list]:
@@ -339,20 +299,6 @@ def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bo
         if scene.step(policy.act(views, scene.state(), instruction)):
             return True, step, frames
     return False, max_steps, frames
-
-
-def connect(server: str, wait_s: float):
-    from DiT4DiT.serving.client import PolicyClient
-
-    host, _, port = server.rpartition(":")
-    if not host or not port.isdigit():
-        raise BadArgument(f"--server {server!r}: give HOST:PORT, e.g. 127.0.0.1:10093")
-    try:
-        return PolicyClient(host, int(port), wait_s=wait_s, retry_s=min(1.0, wait_s))
-    except (TimeoutError, OSError) as error:
-        reason = str(error) if isinstance(error, TimeoutError) else f"cannot reach the policy server at {server} ({error})"
-        raise SimulatorError(f"{reason}; start one with "
-                             "`python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt`") from None
 
 
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
