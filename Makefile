@@ -3,6 +3,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Test processes for `make test` and `make test-fast` (pytest-xdist); the suite is timed on 2 cores with 2.
+TEST_WORKERS ?= 2
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
@@ -42,11 +44,11 @@ train-tiny: tiny-assets
 
 # Every test (docs/testing.md): unit, in-process, and the slow tier that launches processes.
 test: venv
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(PYTEST_ARGS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The fast tier: unit and in-process tests, no subprocess; what to run while editing.
 test-fast: venv
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The NPU patch applied to a fresh export of HEAD, then the 100-step CPU smoke run on the patched tree.
 test-patched: venv

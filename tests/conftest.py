@@ -19,3 +19,30 @@ def no_writes_to_home(tmp_path_factory):
         patch.setenv("DIT4DIT_CACHE_DIR", str(home / "dit4dit-cache"))
         patch.delenv("XDG_CACHE_HOME", raising=False)
         yield home
+
+
+# `make test` runs the suite on two workers (pytest-xdist, --dist loadgroup). A module's tests stay on one worker
+# so that its module fixtures are made once; a test marked xdist_group("name") joins that group instead (the
+# session runs that several modules read). The groups measured longest are sent first, then the other slow ones,
+# then the fast tier, so that both workers finish at about the same time.
+LONGEST_FIRST = ("test_doctor.py", "resume", "test_npu_patch.py", "test_train_e2e.py", "test_long_runs.py",
+                 "test_launch_zero3.py", "test_multinode.py", "launcher_run", "zero2", "test_stall.py",
+                 "test_closed_loop_metaworld.py", "test_bench_soak.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> str:
+        named = [mark.args[0] for mark in item.iter_markers("xdist_group")]
+        if not named:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+            return item.path.name
+        return named[0]
+
+    def order(item) -> tuple[int, int]:
+        name = group(item)
+        if name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(name)
+        return (1 if item.get_closest_marker("slow") else 2), 0
+
+    items.sort(key=order)  # stable: the collection order within each group is kept

@@ -25,6 +25,7 @@ def _trained(result, run_dir: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("launcher_run")  # shares the session's one launcher training
 def test_a_lerobot_v3_dataset_by_path_trains_and_stays_unchanged(launcher_run):
     result, run_dir, dataset, before = launcher_run  # the session's one launch (--data_mix=PATH --data_config=robotwin)
     log = _trained(result, run_dir)

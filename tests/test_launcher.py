@@ -230,6 +230,7 @@ def test_failing_trainer_fails_the_launcher_and_is_logged(tmp_path, model_skelet
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("launcher_run")  # shares the session's one launcher training
 def test_cpu_host_really_trains_the_tiny_config(launcher_run):
     result, run_dir, _, _ = launcher_run  # a numeric run_id stays a string all the way to the run dir
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]

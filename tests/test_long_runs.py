@@ -80,6 +80,7 @@ def wait_for_step(run_dir: Path, step: int, process: subprocess.Popen) -> None:
     raise AssertionError(f"the run never reached step {step}")
 
 
+@pytest.mark.xdist_group("resume")  # shares uninterrupted_run
 def test_sigterm_saves_and_the_resumed_run_ends_bitwise_equal(tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
                                                                uninterrupted_run):
     # With a DataLoader worker (RESUME_RUN): the signal reaches it too (torchrun signals the trainer's process group).

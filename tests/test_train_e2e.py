@@ -21,60 +21,61 @@ FROZEN = ("backbone_interface.extractor.text_encoder.", "backbone_interface.extr
 
 
 @pytest.fixture(scope="module")
-def hundred_steps(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_factory):
+def forty_steps(tiny_pipeline_dir, tiny_robotwin_root, tmp_path_factory):
     run_root = tmp_path_factory.mktemp("runs")
-    result = train(tiny_pipeline_dir, tiny_robotwin_root, run_root, "smoke", "--trainer.max_train_steps=100",
-                   "--trainer.save_interval=50", "--trainer.logging_frequency=1", "--trainer.eval_interval=50")
+    result = train(tiny_pipeline_dir, tiny_robotwin_root, run_root, "smoke", "--trainer.max_train_steps=40",
+                   "--trainer.save_interval=20", "--trainer.logging_frequency=1", "--trainer.eval_interval=20")
     assert result.returncode == 0, result.stderr[-3000:]
     return run_root / "smoke"
 
 
-def test_loss_falls_over_a_hundred_steps(hundred_steps):
-    losses = [r["total_loss"] for r in metrics(hundred_steps) if "total_loss" in r]
-    assert len(losses) == 100
+def test_loss_falls_over_forty_steps(forty_steps):
+    losses = [r["total_loss"] for r in metrics(forty_steps) if "total_loss" in r]
+    assert len(losses) == 40
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     assert last < first, (first, last)
 
 
-def test_run_directory_holds_the_originals_files(hundred_steps):
+def test_run_directory_holds_the_originals_files(forty_steps):
     for name in ("config.yaml", "dataset_statistics.json", "summary.jsonl", "metrics.jsonl",
-                 "checkpoints/steps_50_pytorch_model.pt", "checkpoints/steps_100_pytorch_model.pt",
-                 "checkpoints/steps_100_training_state/trainer_state.json", "final_model/pytorch_model.pt"):
-        assert (hundred_steps / name).is_file(), name
-    assert [json.loads(line) for line in (hundred_steps / "summary.jsonl").read_text().splitlines()] == [
-        {"steps": 50}, {"steps": 100}]
-    stats = json.loads((hundred_steps / "dataset_statistics.json").read_text())
+                 "checkpoints/steps_20_pytorch_model.pt", "checkpoints/steps_40_pytorch_model.pt",
+                 "checkpoints/steps_40_training_state/trainer_state.json", "final_model/pytorch_model.pt"):
+        assert (forty_steps / name).is_file(), name
+    assert [json.loads(line) for line in (forty_steps / "summary.jsonl").read_text().splitlines()] == [
+        {"steps": 20}, {"steps": 40}]
+    stats = json.loads((forty_steps / "dataset_statistics.json").read_text())
     (tag,) = stats
     assert {"action", "state", "num_transitions", "num_trajectories"} <= set(stats[tag])
     assert {"min", "max", "mean", "std", "q01", "q99", "mask"} <= set(stats[tag]["action"])
     from DiT4DiT.config.schema import load_config
 
-    saved = load_config(hundred_steps / "config.yaml")  # the resolved config loads back through the schema
-    assert saved.trainer.max_train_steps == 100 and saved.output_dir == str(hundred_steps)
+    saved = load_config(forty_steps / "config.yaml")  # the resolved config loads back through the schema
+    assert saved.trainer.max_train_steps == 40 and saved.output_dir == str(forty_steps)
 
 
-def test_metrics_report_losses_rates_and_throughput(hundred_steps):
-    records = metrics(hundred_steps)
+def test_metrics_report_losses_rates_and_throughput(forty_steps):
+    records = metrics(forty_steps)
     step_record = next(r for r in records if "total_loss" in r)
     for key in ("action_loss", "future_video_loss", "grad_norm", "learning_rate/action_model",
                 "learning_rate/backbone_interface", "data_time", "model_time", "samples_per_s", "host_peak_rss_mb"):
         assert key in step_record, key
     evals = [r for r in records if "eval_action_mse" in r]
-    assert [r["step"] for r in evals] == [50, 100]
+    assert [r["step"] for r in evals] == [20, 40]
     assert all(r["eval_action_mse"] >= 0 for r in evals)
 
 
-def test_loss_curve_png_is_written(hundred_steps):
-    assert (hundred_steps / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_loss_curve_png_is_written(forty_steps):
+    assert (forty_steps / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_checkpoints_leave_out_frozen_modules(hundred_steps):
-    weights = torch.load(hundred_steps / "final_model/pytorch_model.pt", weights_only=True)
+def test_checkpoints_leave_out_frozen_modules(forty_steps):
+    weights = torch.load(forty_steps / "final_model/pytorch_model.pt", weights_only=True)
     assert not [k for k in weights if k.startswith(FROZEN)]
     assert any(k.startswith("action_model.") for k in weights)
     assert any(k.startswith("backbone_interface.extractor.transformer.") for k in weights)
 
 
+@pytest.mark.xdist_group("resume")  # shares uninterrupted_run
 def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
                                                               uninterrupted_run):
     killed_dir = tmp_path / "killed"
@@ -148,6 +149,7 @@ def test_a_config_error_through_accelerate_launch_exits_non_zero(tiny_pipeline_d
     assert not (tmp_path / "typo").exists()
 
 
+@pytest.mark.xdist_group("zero2")  # its own unit: the longest test of its module
 def test_deepspeed_zero2_trains_and_resumes(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     """The NPU/GPU launch configuration (DeepSpeed ZeRO-2, bf16) on one CPU process: state saved by the engine."""
     launch = ["--config_file", "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"]
