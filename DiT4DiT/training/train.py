@@ -31,7 +31,6 @@ from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import as_device_scalar
 from DiT4DiT.training.optim import build_param_groups
-from DiT4DiT.training.process_group import close_process_group
 from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchOrder
 from DiT4DiT.training.shared_run_dir import check_shared_run_dir
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     finally:
         if dist.is_initialized():
-            close_process_group()
+            dist.destroy_process_group()
     return 0
 
 

@@ -13,7 +13,6 @@ import torch
 from accelerate import Accelerator
 
 from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
-from DiT4DiT.training.process_group import close_process_group
 
 INSTRUCTIONS = [f"task {i}: move object {i} to place {i % 3}" for i in range(9)]
 encoded_here: list[str] = []
@@ -44,7 +43,7 @@ def main() -> None:
     }
     (out / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
     accelerator.wait_for_everyone()
-    close_process_group()  # before interpreter exit, as the trainer does (gloo's teardown)
+    torch.distributed.destroy_process_group()  # before interpreter exit, as the trainer does (gloo's teardown)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,6 @@ from accelerate import Accelerator
 
 from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import DeviceWindow
-from DiT4DiT.training.process_group import close_process_group
 
 
 def rank_loss(rank: int, step: int) -> float:
@@ -43,9 +43,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = {"rank": rank, "record": record, "with_nan": with_nan, "all_finite": all_finite}
     (out / f"rank{rank}.json").write_text(json.dumps(result))
-    # As the trainer does: a process group left to interpreter exit can abort in gloo's teardown (SIGABRT,
-    # "terminate called without an active exception").
-    close_process_group()
+    # The results are written: leave without gloo's teardown. Right after a gather, destroy_process_group can
+    # deadlock (torch 2.7.1: gloo's worker thread frees the gathered tensors, which needs the GIL that the
+    # destructor holds while it joins that thread), and a process group left to interpreter exit can abort.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
