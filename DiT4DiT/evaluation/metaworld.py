@@ -251,7 +251,6 @@ def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: 
 class ZeroPolicy:
     """Holds still with the gripper relaxed: the floor a trained policy must clear."""
 
-    requests: int = 0
     latencies_s: list[float] = field(default_factory=list)
     sees: bool = False  # whether act() looks at the views: rendering is most of a step's cost
 

@@ -44,8 +44,7 @@ class ChunkedPolicy:
         self.chunk = int(meta["action_chunk"])
         self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
         self.blank_images = blank_images
-        self.latencies_s: list[float] = []
-        self.requests = 0
+        self.latencies_s: list[float] = []  # one per request
         self._actions: np.ndarray | None = None
         self._step = 0
 
@@ -66,7 +65,6 @@ class ChunkedPolicy:
             except Exception as error:  # a server error or a dropped connection ends the evaluation
                 raise SimulatorError(f"the policy server failed on a request: {error}") from None
             self.latencies_s.append(time.perf_counter() - started)
-            self.requests += 1
         row = self._actions[self._step % self.chunk]
         self._step += 1
         return row
