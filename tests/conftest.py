@@ -32,17 +32,14 @@ LONGEST_FIRST = ("test_doctor.py", "resume", "test_npu_patch.py", "test_train_e2
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    def group(item) -> str:
-        named = [mark.args[0] for mark in item.iter_markers("xdist_group")]
-        if not named:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
-            return item.path.name
-        return named[0]
 
     def order(item) -> tuple[int, int]:
-        name = group(item)
-        if name in LONGEST_FIRST:
-            return 0, LONGEST_FIRST.index(name)
+        group = item.get_closest_marker("xdist_group").args[0]
+        if group in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(group)
         return (1 if item.get_closest_marker("slow") else 2), 0
 
     items.sort(key=order)  # stable: the collection order within each group is kept

@@ -6,7 +6,6 @@ exit codes are checked by running its entry point directly (accelerate launch re
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.cli_runs import descendants
+from helpers.cli_runs import descendants, kill_tree
 from helpers.fixtures_data import snapshot
 from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
 
@@ -251,7 +250,5 @@ def test_a_second_run_with_the_same_run_id_is_kept_out(tiny_pipeline_dir, tiny_r
     finally:
         # The trainer runs in a session of its own below accelerate: killing the launch's group would leave it
         # training its 200 steps beside the rest of the suite.
-        for pid in [first.pid, *descendants(first.pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_tree(first.pid)
         first.wait()

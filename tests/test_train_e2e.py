@@ -4,15 +4,13 @@ and two processes, kill and resume, DeepSpeed), and the non-finite guard in-proc
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 
 import pytest
 import torch
 
-from helpers.cli_runs import descendants
+from helpers.cli_runs import kill_tree
 from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
 
 pytestmark = pytest.mark.slow  # every test starts accelerate launch
@@ -87,8 +85,7 @@ def test_kill_and_resume_ends_where_an_uninterrupted_run_ends(tiny_pipeline_dir,
     deadline = time.monotonic() + 600
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    for pid in [process.pid, *descendants(process.pid)]:
-        os.kill(pid, signal.SIGKILL)
+    kill_tree(process.pid)
     process.wait()
     time.sleep(0.5)  # let the killed workers' exits land before looking at their files
     assert marker.exists()

@@ -38,6 +38,13 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL to `pid` and every process below it; those that already exited are skipped."""
+    for target in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+
+
 def run_tree(command: list[str], *, timeout: float, **popen) -> subprocess.CompletedProcess:
     """subprocess.run(capture_output=True, text=True) whose timeout kills the command's whole process tree.
 
@@ -48,9 +55,7 @@ def run_tree(command: list[str], *, timeout: float, **popen) -> subprocess.Compl
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            for pid in [process.pid, *descendants(process.pid)]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill_tree(process.pid)
             process.communicate()
             raise
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
