@@ -55,6 +55,13 @@ def test_cpu_host_gets_the_tiny_defaults_and_threads_per_process():
     assert env_of(make(["--num_processes=4"], CPU, cores=2))["OMP_NUM_THREADS"] == "1"
 
 
+@pytest.mark.parametrize("host", [CPU, A3])
+def test_no_host_warms_inductors_compile_workers(host, ascend):
+    # deepspeed's import would start them in the launcher and in every rank; nothing in training compiles
+    assert env_of(make([], host, env=ascend))["TORCH_WARM_POOL"] == "0"
+    assert env_of(make([], host, env={**ascend, "TORCH_WARM_POOL": "1"}))["TORCH_WARM_POOL"] == "1"
+
+
 def test_values_say_where_they_come_from():
     plan = make(["--max_train_steps=7", "--seed=3", "--data_mix=robotwin_task1"], CPU)
     config = plan.config

@@ -188,7 +188,7 @@ def test_a_refused_launch_starts_nothing(npu_ready, tmp_path):
 def test_cpu_host_dry_run_uses_tiny_defaults_and_says_how_to_make_them(tmp_path):
     result = launch("--dry-run", layout=None, env={"CANN_SET_ENV": "/nonexistent"})
     assert "host: cpu" in result.stdout and "detected: no npu-smi device, /dev/davinci* or torch_npu" in result.stdout
-    assert set(env_lines(result.stdout)) == {"WANDB_MODE", "PYTHONPATH", "OMP_NUM_THREADS"}  # no Ascend variables
+    assert set(env_lines(result.stdout)) == {"WANDB_MODE", "TORCH_WARM_POOL", "PYTHONPATH", "OMP_NUM_THREADS"}  # no Ascend variables
     command = result.stdout.split("command (in", 1)[1].splitlines()[1]
     assert "--config_file DiT4DiT/config/deepseeds/cpu.yaml --num_processes 1 DiT4DiT/training/train.py" in command
     assert "--config_yaml DiT4DiT/config/tiny/dit4dit_tiny.yaml" in command
@@ -304,7 +304,7 @@ def test_device_option_overrides_the_detection(npu_ready):
     assert "host: cuda (0 of 0 devices visible); Ascend environment skipped" in cuda.stdout
     assert "--config_file DiT4DiT/config/deepseeds/deepspeed_zero2.yaml" in cuda.stdout
     assert "--config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml" in cuda.stdout
-    assert set(env_lines(cuda.stdout)) == {"WANDB_MODE", "PYTHONPATH"}
+    assert set(env_lines(cuda.stdout)) == {"WANDB_MODE", "TORCH_WARM_POOL", "PYTHONPATH"}
     assert cuda.returncode == 2 and "no CUDA device: torch sees no CUDA device" in cuda.stderr
     bad = plan("--device=tpu", layout=None)
     assert bad.returncode == 2 and "--device=tpu: expected npu, cuda or cpu" in bad.stderr

@@ -9,7 +9,7 @@ The Ascend block (NPU hosts; the values DrivingSDK's A3 recipes use, ASCEND_NOTE
   TORCH_HCCL_ZERO_COPY=1                       beta, A3 only, validated on one node only: one A3 node, or yours
   HCCL_SOCKET_IFNAME==<if>, HCCL_IF_IP=<its IPv4>  exact match ("=eth0"; "eth0" also matches eth0.100)
   LD_LIBRARY_PATH=<torch/lib>:<torch_npu/lib>:...  for mx_driving's and torch_npu's extensions
-Any host: WANDB_MODE=offline, GLOO_SOCKET_IFNAME=<if>; CPU hosts: OMP_NUM_THREADS=cores/processes.
+Any host: WANDB_MODE=offline, TORCH_WARM_POOL=0, GLOO_SOCKET_IFNAME=<if>; CPU hosts: OMP_NUM_THREADS=cores/processes.
 A variable you exported keeps your value (and the dry run says "yours").
 """
 

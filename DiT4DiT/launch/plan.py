@@ -235,6 +235,9 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
                 run_dir=run_dir, problems=problems)
 
     plan.env.default("WANDB_MODE", "offline", "launcher default")
+    # Where triton is installed, importing deepspeed (the launcher and every rank of a DeepSpeed run) warms
+    # inductor's pool of compile workers, processes that import torch again; nothing in training compiles.
+    plan.env.default("TORCH_WARM_POOL", "0", "launcher default: nothing compiles")
     plan.env.force("PYTHONPATH", facts.env.get("PYTHONPATH", str(REPO)), "scripts/train_8p.sh: the repository first",
                    exported=False)
     if host.kind == "cpu":

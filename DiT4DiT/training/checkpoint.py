@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT import atomic_files
 from DiT4DiT.errors import DiT4DiTError, TrainingError
+from DiT4DiT.training.unwrap import full_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class Checkpointer:
         is_main = accelerator.is_main_process
         staging = staging_dir(checkpoints_dir, step)
         weights = weights_path(checkpoints_dir, step)
-        state_dict = accelerator.get_state_dict(model)  # every rank: ZeRO-3 gathers the shards here
+        state_dict = full_state_dict(accelerator, model)  # every rank: ZeRO-3 gathers the shards here
         if is_main:
             save_weights(weights_to_save(state_dict, self.left_out), weights)
             append_summary(self.run_dir, step)
@@ -180,7 +181,7 @@ class Checkpointer:
     def save_final(self, model) -> Path:
         """Collective: final_model/pytorch_model.pt, the weights the export and the policy server read."""
         path = self.run_dir / "final_model" / "pytorch_model.pt"
-        state_dict = self.accelerator.get_state_dict(model)  # every rank: ZeRO-3 gathers the shards here
+        state_dict = full_state_dict(self.accelerator, model)  # every rank: ZeRO-3 gathers the shards here
         if self.accelerator.is_main_process:
             save_weights(weights_to_save(state_dict, self.left_out), path)
         return path

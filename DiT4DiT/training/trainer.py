@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
+from DiT4DiT.training.unwrap import unwrap
 from DiT4DiT.training.zero_safety import make_overlap_safe
 
 log = logging.getLogger("dit4dit.train")
@@ -47,6 +49,9 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
     # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
     # No buffer needs syncing (they are constants), and the released text encoder's are empty.
     ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
+    # Where triton is installed, deepspeed's import (here, in DeepSpeed runs) warms inductor's pool of compile
+    # workers: a process per rank that imports torch again, about 9 s of CPU. The trainer compiles nothing.
+    os.environ.setdefault("TORCH_WARM_POOL", "0")
     # The process group is made here, with our timeout: InitProcessGroupKwargs would drop a value equal to its own
     # default (600 s, assumed for NCCL), leaving gloo and HCCL at torch's 30 minutes. DeepSpeed's init gets it too.
     PartialState(timeout=collective_timeout(cfg))
@@ -132,7 +137,7 @@ class Trainer:
 
     @property
     def unwrapped(self) -> torch.nn.Module:
-        return self.accelerator.unwrap_model(self.model)
+        return unwrap(self.accelerator, self.model)
 
     def train(self) -> Path:
         settings, last = self.settings, self.settings.max_train_steps
