@@ -1,6 +1,18 @@
 # Fixtures shared by the tests live in tests/helpers/ (tiny pipeline and model configs, tiny
 # datasets, the golden tiny run, a served policy).
+import os
+
 import pytest
+
+# Each xdist worker gets its share of the cores, as the launcher gives each rank on a CPU host: two workers with two
+# OpenMP threads each on two cores spin against each other and train ten times slower. The processes a test starts
+# inherit it. Set here, before torch is imported, and only in a worker: the workers inherit the controller's
+# environment, and without workers torch's default (every core) is the share.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+# What scripts/train_8p.sh exports (DiT4DiT/launch/plan.py), for the tests that run `accelerate launch` themselves:
+# no pool of inductor compile workers when a DeepSpeed launch imports deepspeed.
+os.environ.setdefault("TORCH_WARM_POOL", "0")
 
 pytest_plugins = ["helpers.fixtures_model", "helpers.fixtures_data", "helpers.fixtures_training", "helpers.fixtures_serving"]
 
@@ -25,9 +37,9 @@ def no_writes_to_home(tmp_path_factory):
 # so that its module fixtures are made once; a test marked xdist_group("name") joins that group instead (the
 # session runs that several modules read). The groups measured longest are sent first, then the other slow ones,
 # then the fast tier, so that both workers finish at about the same time.
-LONGEST_FIRST = ("test_doctor.py", "resume", "test_npu_patch.py", "test_train_e2e.py", "test_long_runs.py",
-                 "test_launch_zero3.py", "test_multinode.py", "launcher_run", "zero2", "test_stall.py",
-                 "test_closed_loop_metaworld.py", "test_bench_soak.py")
+LONGEST_FIRST = ("deepspeed", "test_npu_patch.py", "resume", "test_multinode.py", "test_long_runs.py",
+                 "test_train_e2e.py", "test_doctor.py", "test_closed_loop_metaworld.py", "test_bench_soak.py",
+                 "test_stall.py", "launcher_run", "test_prompt_store.py", "test_metrics_once.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

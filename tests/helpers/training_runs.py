@@ -41,7 +41,9 @@ def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *ov
 
 
 def environment(processes: int = 1) -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // processes)))
+    """The worker's share of the cores (tests/conftest.py) split over the launch's processes."""
+    threads = max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1) // processes)
+    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(threads))
 
 
 def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subprocess.CompletedProcess:
