@@ -27,6 +27,7 @@ def test_zero3_config_is_zero2_with_stage_3(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("deepspeed")  # one worker: the shm op DeepSpeed compiles on CPU is built once
 def test_zero3_trains_two_steps_and_saves_whole_weights(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     overrides = [f"--framework.cosmos25.base_model={tiny_pipeline_dir}", f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}"]
     command = [
