@@ -9,7 +9,8 @@ import pytest
 # inherit it. Set here, before torch is imported, and only in a worker: the workers inherit the controller's
 # environment, and without workers torch's default (every core) is the share.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
 # What scripts/train_8p.sh exports (DiT4DiT/launch/plan.py), for the tests that run `accelerate launch` themselves:
 # no pool of inductor compile workers when a DeepSpeed launch imports deepspeed.
 os.environ.setdefault("TORCH_WARM_POOL", "0")
