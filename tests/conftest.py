@@ -4,12 +4,14 @@ import os
 
 import pytest
 
+from DiT4DiT.launch.environment import omp_threads
+
 # Each xdist worker gets its share of the cores, as the launcher gives each rank on a CPU host: two workers with two
 # OpenMP threads each on two cores spin against each other and train ten times slower. The processes a test starts
 # inherit it. Set here, before torch is imported, and only in a worker: the workers inherit the controller's
 # environment, and without workers torch's default (every core) is the share.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    share = omp_threads(os.cpu_count() or 1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(share))
 # What scripts/train_8p.sh exports (DiT4DiT/launch/plan.py), for the tests that run `accelerate launch` themselves:
 # no pool of inductor compile workers when a DeepSpeed launch imports deepspeed.

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from DiT4DiT.launch.environment import omp_threads
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 
@@ -42,7 +44,7 @@ def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *ov
 
 def environment(processes: int = 1) -> dict:
     """The worker's share of the cores (tests/conftest.py) split over the launch's processes."""
-    threads = max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1) // processes)
+    threads = omp_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1), processes)
     return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(threads))
 
 
