@@ -18,13 +18,16 @@ def imports_deepspeed(*_args, **_kwargs):
 
 
 @pytest.fixture
-def cpu_accelerator(monkeypatch):
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    accelerator = Accelerator(cpu=True)
+def no_accelerate_unwrapping(monkeypatch):
     monkeypatch.setattr(Accelerator, "unwrap_model", imports_deepspeed)
     monkeypatch.setattr(Accelerator, "get_state_dict", imports_deepspeed)
-    yield accelerator
+
+
+@pytest.fixture
+def cpu_accelerator(no_accelerate_unwrapping):
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield Accelerator(cpu=True)
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
 
@@ -45,10 +48,8 @@ def test_a_deepspeed_run_goes_through_accelerate(monkeypatch, cpu_accelerator):
         full_state_dict(cpu_accelerator, torch.nn.Linear(2, 3))
 
 
-def test_a_cpu_run_trains_and_saves_without_accelerates_unwrapping(monkeypatch, tiny_pipeline_dir, tiny_robotwin_root,
-                                                                   tmp_path):
-    monkeypatch.setattr(Accelerator, "unwrap_model", imports_deepspeed)
-    monkeypatch.setattr(Accelerator, "get_state_dict", imports_deepspeed)
+def test_a_cpu_run_trains_and_saves_without_accelerates_unwrapping(no_accelerate_unwrapping, tiny_pipeline_dir,
+                                                                   tiny_robotwin_root, tmp_path):
     result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "plain", "--trainer.max_train_steps=2",
                               "--trainer.save_interval=2", "--trainer.eval_interval=2")
     assert result.returncode == 0, result.stderr[-3000:]
