@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+
 import pytest
 
 from DiT4DiT.config.schema import load_config
@@ -189,6 +191,31 @@ def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin
     assert f"{len(tasks)} instructions x 0.0 MiB" in lines["prompt_store"] and str(tmp_path / "store") in lines["prompt_store"]
     assert lines["host_memory"].split()[0] in ("PASS", "WARN") and "16 process(es) x (" in lines["host_memory"]
     assert not (tmp_path / "store").exists()  # estimating writes nothing
+
+
+@pytest.mark.slow
+def test_a_dataset_it_cannot_read_makes_the_store_estimate_a_warning_naming_the_file(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_robotwin_root, data)
+    broken = sorted(data.glob("*/meta/info.json"))[0]
+    broken.write_text("{")
+    config = tmp_path / "config.yaml"
+    config.write_text(TINY_YAML.read_text().replace("data_root_dir: playground/Datasets/robotwin_tiny", f"data_root_dir: {data}"))
+    _, lines = doctor("--config_yaml", str(config), "--base_model", str(tiny_pipeline_dir))
+    assert lines["prompt_store"].startswith("WARN") and "could not estimate the store: DataError" in lines["prompt_store"]
+    assert str(broken) in lines["prompt_store"], lines["prompt_store"]
+
+
+def test_the_doctor_never_imports_torch(tiny_pipeline_dir, tiny_robotwin_root):
+    """A torch_npu that breaks `import torch` must not take the doctor down; only its probes import torch."""
+    run = ("import sys\nfrom DiT4DiT.doctor.checks import main\n"
+           f"main(['--config_yaml', {str(TINY_YAML)!r}, '--base_model', {str(tiny_pipeline_dir)!r}])\n"
+           "print(sorted(m for m in ('torch', 'DiT4DiT.model') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", run], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    assert "PASS  prompt_store" in result.stdout or "WARN  prompt_store" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1] == "[]"
 
 
 @pytest.mark.slow  # its probes start Python processes that import torch

@@ -24,6 +24,15 @@ def cache_root(configured: str | os.PathLike | None) -> Path:
     return Path.home() / ".cache" / "dit4dit"
 
 
+def prompt_store_root(cfg) -> Path:
+    """framework.cosmos25.prompt_store_dir, else <datasets.vla_data.cache_dir>/prompt_embeddings.
+
+    Here, beside cache_root and free of torch, so that the doctor can place the store without importing it.
+    """
+    configured = cfg.framework.cosmos25.prompt_store_dir
+    return Path(configured).expanduser() if configured else cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
+
+
 def fingerprint(layout: DatasetLayout, settings: dict) -> str:
     """Hash of the meta files, each episode parquet's name/size/mtime, and the settings that shape the result."""
     digest = hashlib.sha256()

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import npu_network
 from DiT4DiT.launch import host_kind, npu_topology, preflight
@@ -43,11 +44,6 @@ HCCL_EXEC_DEFAULT, HCCL_EVENT_DEFAULT = 1836, 1868
 PROBE_TIMEOUT_S = 300
 GIB = 1024**3
 DATA_WORKER_GIB = 1  # a data-loader worker: decoded frames, prefetched batches, the parquet tables it touched
-STORE_ESTIMATE_PROBE = """
-import json
-from DiT4DiT.doctor.store_estimate import estimate
-print(json.dumps(estimate({config!r}, {model!r})))
-"""
 
 _TORCH_NPU_PROBE = """
 import json, torch, torch_npu
@@ -433,9 +429,13 @@ class Doctor:
         name = "prompt_store"
         if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
-        est, error = run_probe(STORE_ESTIMATE_PROBE.format(config=str(self.config_yaml), model=str(self.base_model)))
-        if est is None:
-            return Check(name, "WARN", f"could not estimate the store: {error}", "run python -m DiT4DiT.doctor.store_estimate CONFIG BASE_MODEL")
+        from DiT4DiT.doctor.store_estimate import estimate  # pyarrow; keeps `--help` instant
+
+        try:
+            est = estimate(str(self.config_yaml), str(self.base_model))
+        except (DiT4DiTError, OSError, ValueError, KeyError) as err:  # a dataset's meta, the text encoder's config
+            return Check(name, "WARN", f"could not estimate the store: {type(err).__name__}: {err}",
+                         "fix what it names, or see the traceback: python -m DiT4DiT.doctor.store_estimate CONFIG BASE_MODEL")
         if not est["prompt_cache"]:
             return Check(name, "PASS", "framework.cosmos25.prompt_cache is off: prompts are encoded every step")
         if not est["datasets"]:

@@ -3,8 +3,8 @@
     python -m DiT4DiT.doctor.store_estimate CONFIG_YAML BASE_MODEL     -> one JSON line
 
 The store holds one embedding per unique instruction of the mixture: max_sequence_length tokens x (text-encoder
-layers x hidden size) in the pipeline dtype (512 x 28 x 3584 x 2 B = 98 MiB for the 2B snapshot). Imports the
-data package (and so torch): the doctor runs it in a child process.
+layers x hidden size) in the pipeline dtype (512 x 28 x 3584 x 2 B = 98 MiB for the 2B snapshot). Reads
+metadata only and never imports torch, so the doctor calls it in its own process (a probe process cost 5 s).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.dataloader.mixtures import is_dataset, resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
-from DiT4DiT.model.modules.prompt_store import prompt_store_root
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 

@@ -16,12 +16,13 @@ from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.config.validate import has_action_head
+from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.host_to_device import to_device
-from DiT4DiT.model.modules.prompt_store import Ranks, prompt_store_root
+from DiT4DiT.model.modules.prompt_store import Ranks
 
 
 def _stack_field(examples: list[dict], key: str) -> torch.Tensor:

@@ -23,7 +23,6 @@ import torch
 
 from DiT4DiT.atomic_files import write_bytes_atomic
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.model.modules.host_to_device import stack_to_device
 
 log = logging.getLogger(__name__)
@@ -97,12 +96,6 @@ def _hash_file(digest, path: Path) -> None:
             header = stream.read(8)
             digest.update(header + stream.read(min(int.from_bytes(header, "little"), MAX_HEADER_BYTES)))
         digest.update(stream.read(IDENTITY_SAMPLE_BYTES))
-
-
-def prompt_store_root(cfg) -> Path:
-    """framework.cosmos25.prompt_store_dir, else <datasets.vla_data.cache_dir>/prompt_embeddings."""
-    configured = cfg.framework.cosmos25.prompt_store_dir
-    return Path(configured).expanduser() if configured else cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
 
 
 def encoder_identity(pipeline_folder: str | os.PathLike) -> str:
