@@ -141,8 +141,12 @@ def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path
     strip = np.asarray(Image.open(tmp_path / "frames.png").convert("RGB"))
     assert strip.shape == (32, 8 * 32, 3)  # one episode row of 8 frames
     # The green marker shows: pixels far greener than red and blue (none in Meta-World's own colours).
-    green = strip[..., 1].astype(int) - np.maximum(strip[..., 0], strip[..., 2]) > 100
-    assert green.reshape(32, 8, 32).sum(axis=(0, 2)).min() > 0
+    green = (strip[..., 1].astype(int) - np.maximum(strip[..., 0], strip[..., 2]) > 100).reshape(32, 8, 32)
+    assert green.sum(axis=(0, 2)).min() > 0
+    # ... where the goal is from the first frame on (the zero policy moves nothing); reset() alone left the first
+    # frame showing the previous configuration's goal.
+    centroids = np.array([np.argwhere(green[:, frame]).mean(axis=0) for frame in range(8)])
+    assert np.abs(centroids - centroids[-1]).max() < 0.5, centroids
     assert (tmp_path / "outcomes.png").stat().st_size > 0
 
 

@@ -139,8 +139,11 @@ class Scene:
     def reset(self, seed: int) -> None:
         self.env.seed(seed)
         self.obs, _ = self.env.reset()
-        if self.goal_marker > 0:  # the target sites are known once a configuration is drawn
-            for name, _ in self.env._target_site_config:
+        # reset() moves the target sites in the model only; step() puts them in the rendered data. Without this
+        # an episode's first frame shows the previous configuration's goal.
+        for name, position in self.env._target_site_config:
+            self.env._set_pos_site(name, position)
+            if self.goal_marker > 0:
                 site = self.env.model.site(name)
                 site.size[0], site.rgba[:] = self.goal_marker, GOAL_MARKER_RGBA
 

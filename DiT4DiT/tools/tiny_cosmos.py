@@ -140,7 +140,7 @@ def build_vae():
     from diffusers import AutoencoderKLWan
 
     # Wan2.1 layout (temporal x4, spatial x8); mean/std differ from 0/1 so that normalisation is exercised.
-    return AutoencoderKLWan(
+    vae = AutoencoderKLWan(
         base_dim=8,
         z_dim=LATENT_CHANNELS,
         dim_mult=[1, 2, 2, 2],
@@ -150,6 +150,13 @@ def build_vae():
         latents_mean=[round(-0.4 + 0.05 * i, 4) for i in range(LATENT_CHANNELS)],
         latents_std=[round(0.6 + 0.05 * i, 4) for i in range(LATENT_CHANNELS)],
     ).eval()
+    # The model encodes its conditioning frame as a posterior *sample*, as the original does. A trained VAE's
+    # posterior is nearly a point; at random init its log-variance is about 0 (std 1), a noise some 60 times the
+    # spread of the means, so a tiny model could not see its images at all. Log-variance -20 (std 5e-5) here.
+    with torch.no_grad():  # quant_conv's second half of output channels is the log-variance
+        vae.quant_conv.weight[LATENT_CHANNELS:] = 0.0
+        vae.quant_conv.bias[LATENT_CHANNELS:] = -20.0
+    return vae
 
 
 def build_scheduler():
