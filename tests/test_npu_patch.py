@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.zygote import Zygote
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "scripts" / "port_to_npu.py"
 PATCH = ROOT / "patches" / "dit4dit_npu.patch"
@@ -61,7 +63,7 @@ finally:
 '''
 
 
-def run_patched(tmp_path: Path, tree: Path, fakes: list[Path], *args: str, env: dict | None = None):
+def run_patched(zygote: Zygote, tmp_path: Path, tree: Path, fakes: list[Path], *args: str, env: dict | None = None):
     driver, report = tmp_path / "driver.py", tmp_path / "report.json"
     driver.write_text(DRIVER)
     environment = {
@@ -72,12 +74,17 @@ def run_patched(tmp_path: Path, tree: Path, fakes: list[Path], *args: str, env: 
         "HF_HUB_OFFLINE": "1",
         **(env or {}),
     }
-    result = subprocess.run(
-        [sys.executable, "-W", "default", str(driver), str(report), str(tree / TRAIN), *args],
-        capture_output=True, text=True, cwd=tree, env=environment, timeout=600,
-    )
+    result = zygote.run([str(driver), str(report), str(tree / TRAIN), *args], cwd=tree, env=environment, timeout=600)
     assert report.exists(), result.stderr
     return json.loads(report.read_text()), result
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    """Runs the driver as `python -W default driver.py ...` would, without importing torch each time."""
+    python = Zygote(tmp_path_factory.mktemp("zygote"), "-W", "default")
+    yield python
+    python.close()
 
 
 @pytest.fixture
@@ -111,9 +118,9 @@ LEAN_V1 = ["default_patcher_builder.disable_patches(index,batch_matmul)", "defau
     (MX_V1, None, LEAN_V1),
     (MX_V1, "default", ["default_patcher_builder.build", "enter", "apply(msda,numpy_type,index,batch_matmul)", "exit"]),
 ])
-def test_fixture_entry_with_torch_npu_and_either_patcher_api(tmp_path, ported_fixture, fake, mode, calls):
+def test_fixture_entry_with_torch_npu_and_either_patcher_api(zygote, tmp_path, ported_fixture, fake, mode, calls):
     env = {"DIT4DIT_MX_PATCHER": mode} if mode else {}
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "3", env=env)
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "3", env=env)
     assert report["exit"] == 0, result.stderr
     assert report["transfer_to_npu"]
     assert report["autocast"] == {"npu": 3 * 3 + 2}  # train step + 2 in forward per step, 2 in predict_action
@@ -125,16 +132,16 @@ def test_fixture_entry_with_torch_npu_and_either_patcher_api(tmp_path, ported_fi
 
 
 @pytest.mark.slow
-def test_patcher_is_exited_when_training_fails(tmp_path, ported_fixture):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V1], "--steps", "not-a-number")
+def test_patcher_is_exited_when_training_fails(zygote, tmp_path, ported_fixture):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, MX_V1], "--steps", "not-a-number")
     assert report["exit"] == 2 and "invalid int value" in result.stderr
     assert report["patcher_calls"] == LEAN_V1[:-1] + ["exit(SystemExit)"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fake", [MX_V1, MX_V2])
-def test_a_patcher_that_fails_to_apply_is_a_warning(tmp_path, ported_fixture, fake):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "2",
+def test_a_patcher_that_fails_to_apply_is_a_warning(zygote, tmp_path, ported_fixture, fake):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "2",
                                  env={"FAKE_MX_DRIVING_APPLY_ERROR": "1"})
     assert report["exit"] == 0, result.stderr
     assert report["autocast"] == {"npu": 2 * 3 + 2}
@@ -146,31 +153,31 @@ def test_a_patcher_that_fails_to_apply_is_a_warning(tmp_path, ported_fixture, fa
 @pytest.mark.slow
 @pytest.mark.parametrize("env", [{"DIT4DIT_MX_PATCHER": "off"}, {"DIT4DIT_DISABLE_MX_PATCHER": "1"},
                                  {"DIT4DIT_DISABLE_MX_PATCHER": "1", "DIT4DIT_MX_PATCHER": "default"}])
-def test_environment_variables_turn_the_patcher_off(tmp_path, ported_fixture, env):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2", env=env)
+def test_environment_variables_turn_the_patcher_off(zygote, tmp_path, ported_fixture, env):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2", env=env)
     assert report["exit"] == 0 and report["patcher_calls"] is None  # mx_driving is not even imported
     assert result.stderr.count("RuntimeWarning: mx_driving patcher off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)") == 1
 
 
 @pytest.mark.slow
-def test_an_unknown_patcher_mode_stops_before_training(tmp_path, ported_fixture):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
+def test_an_unknown_patcher_mode_stops_before_training(zygote, tmp_path, ported_fixture):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
                                  env={"DIT4DIT_MX_PATCHER": "fast"})
     assert report["exit"] == "DIT4DIT_MX_PATCHER='fast': expected one of lean, default, off"
     assert report["autocast"] == {} and report["patcher_calls"] is None
 
 
 @pytest.mark.slow
-def test_torch_npu_without_mx_driving_warns_and_trains(tmp_path, ported_fixture):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2")
+def test_torch_npu_without_mx_driving_warns_and_trains(zygote, tmp_path, ported_fixture):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2")
     assert report["exit"] == 0 and report["autocast"] == {"npu": 2 * 3 + 2}
     assert report["patcher_calls"] is None
     assert result.stderr.count("RuntimeWarning: mx_driving is not importable (No module named 'mx_driving')") == 1
 
 
 @pytest.mark.slow
-def test_training_error_is_not_chained_to_the_missing_mx_driving(tmp_path, ported_fixture):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2", "--lr", "-1")
+def test_training_error_is_not_chained_to_the_missing_mx_driving(zygote, tmp_path, ported_fixture):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU], "--steps", "2", "--lr", "-1")
     assert "ValueError: Invalid learning rate: -1.0" in result.stderr
     assert "During handling of the above exception" not in result.stderr
 
@@ -181,8 +188,8 @@ def test_training_error_is_not_chained_to_the_missing_mx_driving(tmp_path, porte
     ("transfer_to_npu", "from torch_npu.contrib import transfer_to_npu",
      "ModuleNotFoundError(\"No module named 'setuptools'\")"),
 ])
-def test_an_installed_torch_npu_that_fails_to_load_stops_with_one_line(tmp_path, ported_fixture, broken, step, cause):
-    report, result = run_patched(tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
+def test_an_installed_torch_npu_that_fails_to_load_stops_with_one_line(zygote, tmp_path, ported_fixture, broken, step, cause):
+    report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2",
                                  env={"FAKE_TORCH_NPU_BROKEN": broken})
     assert report["exit"] == 1 and report["autocast"] == {}  # stopped before training, not a CPU run
     assert result.stderr.splitlines() == [
@@ -209,14 +216,14 @@ def test_our_patched_framework_raises_a_dit4dit_error_when_imported_with_a_broke
 
 
 @pytest.mark.slow
-def test_patched_real_tree_with_fakes(tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
+def test_patched_real_tree_with_fakes(zygote, tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
     """Our own train.py and DiT4DiT.py, patched with the checked-in patch, train two steps with the fakes."""
     tree = tmp_path / "tree"
     shutil.copytree(ROOT / "DiT4DiT", tree / "DiT4DiT", ignore=shutil.ignore_patterns("__pycache__"))
     applied = subprocess.run(["git", "apply", str(PATCH)], cwd=tree, capture_output=True, text=True)
     assert applied.returncode == 0, applied.stderr
     report, result = run_patched(
-        tmp_path, tree, [TORCH_NPU, MX_V2],
+        zygote, tmp_path, tree, [TORCH_NPU, MX_V2],
         "--config_yaml", "DiT4DiT/config/tiny/dit4dit_tiny.yaml",
         f"--framework.cosmos25.base_model={tiny_pipeline_dir}",
         f"--datasets.vla_data.data_root_dir={tiny_robotwin_root}",
