@@ -44,8 +44,16 @@ tiny-dataset: | venv
 train-tiny: tiny-assets
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/train_8p.sh $(ARGS)
 
+# DeepSpeed compiles its shared-memory collective op the first time a CPU run starts its engine (about two CPU
+# minutes); the tests' DeepSpeed launches load it from here (tests/conftest.py): built once per environment.
+DS_SHM_OP := $(VENV)/torch-extensions/deepspeed_shm_comm/deepspeed_shm_comm.so
+
+$(DS_SHM_OP): $(VENV)/.installed
+	TORCH_EXTENSIONS_DIR="$(abspath $(VENV))/torch-extensions" $(PY) -c \
+		"from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+
 # Every test (docs/testing.md): unit, in-process, and the slow tier that launches processes.
-test: venv
+test: venv $(DS_SHM_OP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The fast tier: unit and in-process tests, no subprocess; what to run while editing.

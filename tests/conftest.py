@@ -1,6 +1,8 @@
 # Fixtures shared by the tests live in tests/helpers/ (tiny pipeline and model configs, tiny
 # datasets, the golden tiny run, a served policy).
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,10 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
 # What scripts/train_8p.sh exports (DiT4DiT/launch/plan.py), for the tests that run `accelerate launch` themselves:
 # no pool of inductor compile workers when a DeepSpeed launch imports deepspeed.
 os.environ.setdefault("TORCH_WARM_POOL", "0")
+# DeepSpeed's CPU collective op, built into the environment by `make test` (Makefile: DS_SHM_OP); without it each
+# session compiles the op again under its own HOME (two CPU minutes).
+if (Path(sys.prefix) / "torch-extensions").is_dir():
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
 
 pytest_plugins = ["helpers.fixtures_model", "helpers.fixtures_data", "helpers.fixtures_training", "helpers.fixtures_serving"]
 
