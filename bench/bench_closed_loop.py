@@ -61,6 +61,8 @@ def main() -> int:
                         help="the model's frame side (datasets.vla_data.image_size; the tiny config's 32 by default)")
     parser.add_argument("--cameras", default="corner,gripperPOV", help="primary,wrist cameras (collect and evaluate)")
     parser.add_argument("--goal_marker", type=float, default=0.0, help="goal drawn green with this radius (m)")
+    parser.add_argument("--hand_start", type=float, default=0.0,
+                        help="hand starts within this distance (m, per axis) of Meta-World's fixed start")
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) // 2),
                         help="OMP_NUM_THREADS of each process")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_closed_loop",
@@ -78,7 +80,8 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(args.threads), WANDB_MODE="offline",
                HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     metaworld = [str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld"]
-    views = ["--image_size", str(args.image_size), "--cameras", args.cameras, "--goal_marker", str(args.goal_marker)]
+    views = ["--image_size", str(args.image_size), "--cameras", args.cameras, "--goal_marker", str(args.goal_marker),
+             "--hand_start", str(args.hand_start)]
     started = time.monotonic()
 
     collect_s = run([*metaworld, "collect", "--task", args.task, "--episodes", str(args.demos), "--out",
@@ -119,7 +122,8 @@ def main() -> int:
     report = {
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
-        "cameras": args.cameras, "goal_marker": args.goal_marker, "model_image_size": args.model_image_size,
+        "cameras": args.cameras, "goal_marker": args.goal_marker, "hand_start": args.hand_start,
+        "model_image_size": args.model_image_size,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
                       for name in ("blank_images", "zero", "random")},

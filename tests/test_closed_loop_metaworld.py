@@ -133,7 +133,7 @@ def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path
     assert summary["outcomes"] == [False, False] and summary["episode_lengths"] == [20, 20]
     assert summary["ci95"][0] == 0.0 and 0.5 < summary["ci95"][1] < 0.9  # Wilson, 0 of 2
     assert summary["latency"] is None and summary["seeds"] == [1000, 1001]
-    assert summary["cameras"] == ["across", "topview"] and summary["goal_marker"] == 0.04
+    assert summary["cameras"] == ["across", "topview"] and summary["goal_marker"] == 0.04 and summary["hand_start"] == 0
     adapters = json.loads((tmp_path / "success_rate_summary.json").read_text())
     assert adapters["per_task"] == {f"metaworld/{task}": 0.0} and adapters["episodes"] == 2
     from PIL import Image
@@ -148,6 +148,30 @@ def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path
     centroids = np.array([np.argwhere(green[:, frame]).mean(axis=0) for frame in range(8)])
     assert np.abs(centroids - centroids[-1]).max() < 0.5, centroids
     assert (tmp_path / "outcomes.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_hand_starts_where_the_seed_says_within_hand_start(sim_env):
+    probe = """
+import json
+from DiT4DiT.evaluation.metaworld import Scene, SceneSetup
+starts = {}
+for hand_start in (0.0, 0.1):
+    scene = Scene("reach-v3", SceneSetup(image_size=32, hand_start=hand_start))
+    starts[hand_start] = [[float(v) for v in (scene.reset(seed), scene.state()[:3])[1]] for seed in (0, 1, 0)]
+    home = [float(v) for v in scene.hand_home]
+    scene.close()
+print(json.dumps({"starts": starts, "home": home}))
+"""
+    result = subprocess.run([str(sim_env), "-c", probe], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    home, fixed, moved = np.array(found["home"]), np.array(found["starts"]["0.0"]), np.array(found["starts"]["0.1"])
+    assert np.abs(fixed - fixed[0]).max() < 0.005  # Meta-World's own start, whatever the seed
+    assert np.abs(moved[0] - moved[2]).max() < 1e-6  # a seed names its start
+    assert np.abs(moved[0] - moved[1]).max() > 0.01
+    # Within the cube around the start, give or take where the settled hand ends up.
+    assert np.abs(moved - home).max() < 0.1 + 0.02 and np.abs(fixed[0] - home).max() < 0.02
 
 
 @pytest.mark.slow

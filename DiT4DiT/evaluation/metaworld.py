@@ -16,7 +16,8 @@ The dataset goes to DATA_ROOT/LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerob
          gripper      grip effort, -1 (open) .. 1 (close)
   video  primary_image, wrist_image = the two --cameras (default "corner" turned upright, "gripperPOV")
 The goal position is never in the state: on tasks such as reach-v3 only the cameras show it (at 32 px only with
---cameras across,topview --goal_marker 0.04; evaluate with the cameras and marker the demos were collected with).
+--cameras across,topview --goal_marker 0.04), and with --hand_start the hand's start varies too, so that its
+position alone does not betray the way to the goal. Evaluate with the scene options the demos were collected with.
 Episode i of a run uses seed --seed + i: collect's default seeds (0..) and evaluate's (1000..) never meet, so an
 evaluation runs on configurations the demonstrations never showed.
 """
@@ -79,15 +80,30 @@ def instruction_of(task: str) -> str:
     return task.rsplit("-v", 1)[0].replace("-", " ")
 
 
+@dataclass(frozen=True)
+class SceneSetup:
+    """What a scene shows and where its hand starts; evaluate must be given what collect was (summary.json has it).
+
+    `cameras` are Meta-World camera names or FREE_CAMERAS keys. goal_marker > 0 draws the task's target sites green
+    with that radius (m), which only changes the pictures: sites have no physics and success is measured from the
+    positions. hand_start > 0 starts the hand anywhere in a cube of that half-width (m) around Meta-World's fixed
+    start, drawn from the seed: from a fixed start the hand's position alone tells the direction it has taken,
+    so a policy that cannot see the goal can still follow an expert's straight line to it.
+    """
+
+    image_size: int = 64
+    cameras: tuple[str, str] = DEFAULT_CAMERAS
+    goal_marker: float = 0.0
+    hand_start: float = 0.0
+
+
 class Scene:
     """One Meta-World task with the goal observable (its scripted expert needs it), rendered by two cameras.
 
-    `reset(seed)` draws the configuration from that seed alone, so a seed names one configuration. `cameras` are
-    Meta-World camera names or FREE_CAMERAS keys; goal_marker > 0 draws the task's target sites green with that
-    radius (m), which only changes the pictures: sites have no physics and success is measured from the positions.
+    `reset(seed)` draws the configuration from that seed alone, so a seed names one configuration.
     """
 
-    def __init__(self, task: str, image_size: int, cameras=DEFAULT_CAMERAS, goal_marker: float = 0.0):
+    def __init__(self, task: str, setup: SceneSetup):
         select_gl_backend()
         import mujoco
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
@@ -108,13 +124,14 @@ class Scene:
         env.model.vis.quality.shadowsize = 0
         env.model.vis.quality.offsamples = 0
         self.env = env
-        self.cameras = [self._camera(name, mujoco) for name in cameras]
-        self.goal_marker = goal_marker
+        self.cameras = [self._camera(name, mujoco) for name in setup.cameras]
+        self.setup = setup
+        self.hand_home = np.array(env.hand_init_pos, dtype=np.float64)
         # The experts' gains exceed the action range on purpose; the clip below is what the env would do.
         warnings.filterwarnings("ignore", message="Constant.*may be too high", category=UserWarning)
         self.expert = ENV_POLICY_MAP[task]()
         try:
-            self.renderer = mujoco.Renderer(env.model, image_size, image_size)
+            self.renderer = mujoco.Renderer(env.model, setup.image_size, setup.image_size)
         except Exception as error:  # mujoco reports a missing GL as several exception types
             raise SimulatorError(f"cannot render with MUJOCO_GL={os.environ['MUJOCO_GL']} ({error}); install libegl1 "
                                  "or libosmesa6 (make sim-env names them), or set MUJOCO_GL") from None
@@ -138,14 +155,17 @@ class Scene:
 
     def reset(self, seed: int) -> None:
         self.env.seed(seed)
+        if self.setup.hand_start > 0:
+            offset = np.random.default_rng([seed, 1]).uniform(-1.0, 1.0, size=3) * self.setup.hand_start
+            self.env.hand_init_pos = self.hand_home + offset
         self.obs, _ = self.env.reset()
         # reset() moves the target sites in the model only; step() puts them in the rendered data. Without this
         # an episode's first frame shows the previous configuration's goal.
         for name, position in self.env._target_site_config:
             self.env._set_pos_site(name, position)
-            if self.goal_marker > 0:
+            if self.setup.goal_marker > 0:
                 site = self.env.model.site(name)
-                site.size[0], site.rgba[:] = self.goal_marker, GOAL_MARKER_RGBA
+                site.size[0], site.rgba[:] = self.setup.goal_marker, GOAL_MARKER_RGBA
 
     def state(self) -> np.ndarray:
         """(8,) in the dataset's state layout (module docstring)."""
@@ -205,8 +225,8 @@ def expert_episode(scene: Scene, seed: int, max_steps: int):
     return None
 
 
-def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: int = 0, max_steps: int = 300,
-            version: str = "v2.1", overwrite: bool = False, cameras=DEFAULT_CAMERAS, goal_marker: float = 0.0) -> Path:
+def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSetup(), seed: int = 0,
+            max_steps: int = 300, version: str = "v2.1", overwrite: bool = False) -> Path:
     """Write `episodes` successful expert episodes under out/DATASET_FOLDER; returns that folder."""
     from DiT4DiT.tools import tiny_dataset
 
@@ -214,12 +234,12 @@ def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: 
         raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
     if version not in tiny_dataset.LAYOUTS:
         raise BadArgument(f"--lerobot_version {version}: write one of {sorted(tiny_dataset.LAYOUTS)}")
-    if image_size % 2 or image_size < 16:
-        raise BadArgument(f"--image_size {image_size}: videos need an even size of at least 16")
+    if setup.image_size % 2 or setup.image_size < 16:
+        raise BadArgument(f"--image_size {setup.image_size}: videos need an even size of at least 16")
     target = Path(out) / DATASET_FOLDER
     if target.exists() and not overwrite:
         raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
-    scene = Scene(task, image_size, cameras, goal_marker)
+    scene = Scene(task, setup)
     content, attempts, started = [], 0, time.monotonic()
     try:
         while len(content) < episodes:
@@ -237,8 +257,8 @@ def collect(task: str, episodes: int, out: Path, *, image_size: int = 64, seed: 
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
         folder = Path(scratch) / target.name
         storage = tiny_dataset.Storage(version=version, fps=DATASET_FPS, gop=10, codec=tiny_dataset.video_codec())
-        tiny_dataset.write_content(folder, robot, content, instruction_of(task), height=image_size, width=image_size,
-                                   storage=storage)
+        tiny_dataset.write_content(folder, robot, content, instruction_of(task), height=setup.image_size,
+                                   width=setup.image_size, storage=storage)
         if target.exists():
             shutil.rmtree(target)
         folder.rename(target)
@@ -304,8 +324,8 @@ def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bo
 
 
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
-             blank_images: bool = False, image_size: int = 64, seed: int = 1000, max_steps: int = 150,
-             videos: int = 3, wait_s: float = 10.0, cameras=DEFAULT_CAMERAS, goal_marker: float = 0.0) -> dict:
+             blank_images: bool = False, setup: SceneSetup = SceneSetup(), seed: int = 1000, max_steps: int = 150,
+             videos: int = 3, wait_s: float = 10.0) -> dict:
     """Run the episodes; write summary.json, the adapters' result files, outcomes.png and frames.png into out."""
     from DiT4DiT.evaluation.closed_loop_report import plot_outcomes, write_frame_strip, write_summary
     from DiT4DiT.evaluation.summary import summarize, write_task_result
@@ -322,8 +342,7 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
         policy = ZeroPolicy() if policy_name == "zero" else RandomPolicy(seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    size = image_size
-    scene = Scene(task, size, cameras, goal_marker)
+    scene = Scene(task, setup)
     outcomes, lengths, strips, started = [], [], [], time.monotonic()
     try:
         for i in range(episodes):
@@ -341,8 +360,9 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     wall = time.monotonic() - started
     label = policy_name + (" (blank images)" if blank_images else "")
     summary = write_summary(out, SUITE, task, outcomes, lengths, latencies_s=policy.latencies_s, wall_s=wall,
-                            policy=label, server=server, max_steps=max_steps, image_size=size,
-                            seeds=[seed, seed + episodes - 1], cameras=list(cameras), goal_marker=goal_marker)
+                            policy=label, server=server, max_steps=max_steps, image_size=setup.image_size,
+                            seeds=[seed, seed + episodes - 1], cameras=list(setup.cameras),
+                            goal_marker=setup.goal_marker, hand_start=setup.hand_start)
     write_task_result(out, SUITE, task, outcomes)
     summarize(out)
     plot_outcomes(out / "outcomes.png", outcomes, lengths, max_steps, f"{task}, {label}")
@@ -358,8 +378,8 @@ def camera_pair(text: str) -> tuple[str, str]:
     return names
 
 
-def add_view_options(parser: argparse.ArgumentParser) -> None:
-    """What the cameras show; evaluate must be given what collect was."""
+def add_scene_options(parser: argparse.ArgumentParser) -> None:
+    """SceneSetup's fields; evaluate must be given what collect was."""
     parser.add_argument("--image_size", type=int, default=64,
                         help="camera resolution, square (evaluate resizes views to the served model's image_size)")
     parser.add_argument("--cameras", type=camera_pair, default=DEFAULT_CAMERAS,
@@ -367,6 +387,13 @@ def add_view_options(parser: argparse.ArgumentParser) -> None:
                              f"(default {','.join(DEFAULT_CAMERAS)})")
     parser.add_argument("--goal_marker", type=float, default=0.0,
                         help="draw the goal green with this radius in m (0: as Meta-World draws it)")
+    parser.add_argument("--hand_start", type=float, default=0.0,
+                        help="start the hand anywhere within this distance in m of Meta-World's start, per axis (0: "
+                             "its fixed start)")
+
+
+def scene_setup(args: argparse.Namespace) -> SceneSetup:
+    return SceneSetup(args.image_size, args.cameras, args.goal_marker, args.hand_start)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--task", required=True, help="Meta-World v3 task, e.g. handle-press-v3")
     c.add_argument("--episodes", type=int, required=True, help="successful episodes to write")
     c.add_argument("--out", type=Path, required=True, help=f"data root; the dataset goes to OUT/{DATASET_FOLDER}")
-    add_view_options(c)
+    add_scene_options(c)
     c.add_argument("--lerobot_version", default="v2.1", help="layout to write: v2.1 or v3.0")
     c.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED + i")
     c.add_argument("--max_steps", type=int, default=300, help="longest expert episode kept")
@@ -388,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--server", help="HOST:PORT of `python -m DiT4DiT.serving.server`")
     e.add_argument("--policy", default="server", choices=("server", "zero", "random"))
     e.add_argument("--blank_images", action="store_true", help="send black frames (does the model use its cameras?)")
-    add_view_options(e)
+    add_scene_options(e)
     e.add_argument("--seed", type=int, default=1000, help="episode i uses seed SEED + i (collect uses 0..)")
     e.add_argument("--max_steps", type=int, default=150, help="steps before an episode counts as a failure")
     e.add_argument("--videos", type=int, default=3, help="episodes shown in frames.png")
@@ -401,15 +428,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "tasks":
             print("\n".join(task_names()))
         elif args.command == "collect":
-            folder = collect(args.task, args.episodes, args.out, image_size=args.image_size, seed=args.seed,
-                             max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite,
-                             cameras=args.cameras, goal_marker=args.goal_marker)
+            folder = collect(args.task, args.episodes, args.out, setup=scene_setup(args), seed=args.seed,
+                             max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite)
             print(f"{folder}\ntrain on it with: --data_mix={DATA_MIX} --data_root_dir={args.out}")
         else:
             summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
-                               blank_images=args.blank_images, image_size=args.image_size, seed=args.seed,
-                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s,
-                               cameras=args.cameras, goal_marker=args.goal_marker)
+                               blank_images=args.blank_images, setup=scene_setup(args), seed=args.seed,
+                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s)
             low, high = summary["ci95"]
             print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
                   f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "
