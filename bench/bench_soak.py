@@ -1,9 +1,10 @@
 """Soak: does memory or the file-descriptor count creep over a long run? Training, then the policy server.
 
     .venv/bin/python bench/bench_soak.py [--steps 2000] [--requests 2000] [--json soak.json]
+                                         [--base_model DIR --data_root_dir DIR]
 
 1. The real trainer (one process, `datasets.vla_data.num_workers=2`) runs --steps tiny steps on the tiny pipeline
-   and tiny RoboTwin data (generated in a temporary folder); the RSS of the trainer plus its data workers is read
+   and tiny RoboTwin data (generated in a temporary folder unless given); the RSS of the trainer plus its data workers is read
    from /proc while it runs, against the step it has logged.
 2. The policy server (its own process, loopback) serves --requests batch-1 requests from one client, on the
    final weights of that run; its RSS is read every 50 requests (every tenth of a shorter run).
@@ -81,14 +82,19 @@ def logged_step(metrics: Path) -> int:
     return max(steps, default=0)
 
 
-def soak_training(workdir: Path, steps: int) -> dict:
-    from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
-    from DiT4DiT.tools.tiny_robotwin import generate
+def soak_training(workdir: Path, steps: int, pipeline: Path | None, data: Path | None) -> dict:
+    """The tiny config on `pipeline` and `data`, each written into workdir when None (which imports torch here)."""
+    if pipeline is None:
+        from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
 
-    pipeline = write_tiny_pipeline(workdir / "cosmos")
-    generate(workdir / "data", seed=0)
+        pipeline = write_tiny_pipeline(workdir / "cosmos")
+    if data is None:
+        from DiT4DiT.tools.tiny_robotwin import generate
+
+        data = workdir / "data"
+        generate(data, seed=0)
     command = [sys.executable, "DiT4DiT/training/train.py", "--config_yaml", "DiT4DiT/config/tiny/dit4dit_tiny.yaml",
-               f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={workdir / 'data'}",
+               f"--framework.cosmos25.base_model={pipeline}", f"--datasets.vla_data.data_root_dir={data}",
                f"--run_root_dir={workdir / 'runs'}", "--run_id=soak", "--trackers=[jsonl]",
                f"--datasets.vla_data.cache_dir={workdir / 'cache'}", "--datasets.vla_data.num_workers=2",
                f"--trainer.max_train_steps={steps}", "--trainer.save_interval=1000000", "--trainer.logging_frequency=1",
@@ -141,11 +147,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2000, help="tiny training steps (2 data workers)")
     parser.add_argument("--requests", type=int, default=2000, help="policy-server requests")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--base_model", type=Path, help="tiny pipeline folder (default: one written for the run)")
+    parser.add_argument("--data_root_dir", type=Path, help="tiny RoboTwin data root (default: one written for the run)")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.requests < 1:
         parser.error("--steps and --requests must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench_soak_") as tmp:
-        training = soak_training(Path(tmp), args.steps)
+        training = soak_training(Path(tmp), args.steps, args.base_model, args.data_root_dir)
         serving = soak_serving(Path(training.pop("checkpoint")), args.requests)
     result = {"training": training, "serving": serving}
     print("\nsoak, one process on CPU\n")

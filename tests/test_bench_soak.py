@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_the_soak_bench_reports_rss_slopes_and_open_descriptors(tmp_path):
+def test_the_soak_bench_reports_rss_slopes_and_open_descriptors(tmp_path, tiny_pipeline_dir, tiny_robotwin_root):
     out = tmp_path / "soak.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, "bench/bench_soak.py", "--steps", "6", "--requests", "20", "--json", str(out)],
+    result = subprocess.run([sys.executable, "bench/bench_soak.py", "--steps", "6", "--requests", "20", "--json", str(out),
+                             "--base_model", str(tiny_pipeline_dir), "--data_root_dir", str(tiny_robotwin_root)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
