@@ -156,6 +156,7 @@ class Scene:
     def reset(self, seed: int) -> None:
         self.env.seed(seed)
         if self.setup.hand_start > 0:
+            # A stream of its own ([seed, 1]): the env draws the configuration from `seed` itself.
             offset = np.random.default_rng([seed, 1]).uniform(-1.0, 1.0, size=3) * self.setup.hand_start
             self.env.hand_init_pos = self.hand_home + offset
         self.obs, _ = self.env.reset()
@@ -379,15 +380,16 @@ def camera_pair(text: str) -> tuple[str, str]:
 
 
 def add_scene_options(parser: argparse.ArgumentParser) -> None:
-    """SceneSetup's fields; evaluate must be given what collect was."""
-    parser.add_argument("--image_size", type=int, default=64,
+    """SceneSetup's fields, with its defaults; evaluate must be given what collect was."""
+    default = SceneSetup()
+    parser.add_argument("--image_size", type=int, default=default.image_size,
                         help="camera resolution, square (evaluate resizes views to the served model's image_size)")
-    parser.add_argument("--cameras", type=camera_pair, default=DEFAULT_CAMERAS,
+    parser.add_argument("--cameras", type=camera_pair, default=default.cameras,
                         help=f"primary,wrist: Meta-World cameras or {', '.join(FREE_CAMERAS)} "
-                             f"(default {','.join(DEFAULT_CAMERAS)})")
-    parser.add_argument("--goal_marker", type=float, default=0.0,
+                             f"(default {','.join(default.cameras)})")
+    parser.add_argument("--goal_marker", type=float, default=default.goal_marker,
                         help="draw the goal green with this radius in m (0: as Meta-World draws it)")
-    parser.add_argument("--hand_start", type=float, default=0.0,
+    parser.add_argument("--hand_start", type=float, default=default.hand_start,
                         help="start the hand anywhere within this distance in m of Meta-World's start, per axis (0: "
                              "its fixed start)")
 
