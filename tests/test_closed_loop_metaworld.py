@@ -158,7 +158,10 @@ from DiT4DiT.evaluation.metaworld import Scene, SceneSetup
 starts = {}
 for hand_start in (0.0, 0.1):
     scene = Scene("reach-v3", SceneSetup(image_size=32, hand_start=hand_start))
-    starts[hand_start] = [[float(v) for v in (scene.reset(seed), scene.state()[:3])[1]] for seed in (0, 1, 0)]
+    starts[hand_start] = []
+    for seed in (0, 1, 0):
+        scene.reset(seed)
+        starts[hand_start].append([float(v) for v in scene.state()[:3]])
     home = [float(v) for v in scene.hand_home]
     scene.close()
 print(json.dumps({"starts": starts, "home": home}))

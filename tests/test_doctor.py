@@ -206,7 +206,7 @@ def test_a_dataset_it_cannot_read_makes_the_store_estimate_a_warning_naming_the_
     assert str(broken) in lines["prompt_store"], lines["prompt_store"]
 
 
-def test_the_doctor_never_imports_torch(tiny_pipeline_dir, tiny_robotwin_root):
+def test_the_doctor_never_imports_torch(tiny_pipeline_dir):
     """A torch_npu that breaks `import torch` must not take the doctor down; only its probes import torch."""
     run = ("import sys\nfrom DiT4DiT.doctor.checks import main\n"
            f"main(['--config_yaml', {str(TINY_YAML)!r}, '--base_model', {str(tiny_pipeline_dir)!r}])\n"
