@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.launch.environment import omp_threads
+from helpers.cpu_kernels import pin_avx2_kernels
 
 # Each xdist worker gets its share of the cores, as the launcher gives each rank on a CPU host: two workers with two
 # OpenMP threads each on two cores spin against each other and train ten times slower. The processes a test starts
@@ -15,6 +16,8 @@ from DiT4DiT.launch.environment import omp_threads
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     share = omp_threads(os.cpu_count() or 1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(share))
+# The golden losses are exact floats: the same kernels on every x86 machine, in the worker and what it starts.
+pin_avx2_kernels()
 # What scripts/train_8p.sh exports (DiT4DiT/launch/plan.py), for the tests that run `accelerate launch` themselves:
 # no pool of inductor compile workers when a DeepSpeed launch imports deepspeed.
 os.environ.setdefault("TORCH_WARM_POOL", "0")

@@ -5,7 +5,8 @@
 
 The run: the tiny pipeline (weight seed 0) and the three-task tiny RoboTwin set (data seed 0) the session
 fixtures write, the tiny config (seed 42), one process in-process, one intra-op thread, every step logged. Exact
-floats hold for one CPU stack; the file records torch's version and CPU capability it was written on.
+floats hold for one CPU stack; the file records torch's version and CPU capability it was written on, and the
+kernels are capped at AVX2 (cpu_kernels.py), so that any x86 machine with AVX2 or more reproduces it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
+from .cpu_kernels import pin_avx2_kernels
+
+pin_avx2_kernels()  # before torch loads its kernels: as the test suite runs (tests/conftest.py)
+import torch  # noqa: E402
 
 from .fixtures_data import TINY_TASKS
 from .training_runs import metrics, train_in_process
