@@ -45,11 +45,13 @@ train-tiny: tiny-assets
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/train_8p.sh $(ARGS)
 
 # DeepSpeed compiles its shared-memory collective op the first time a CPU run starts its engine (about two CPU
-# minutes); the tests' DeepSpeed launches load it from here (tests/conftest.py): built once per environment.
+# minutes); the tests' DeepSpeed launches load it from here (tests/conftest.py): built once per environment. With
+# the tests' PATH: ninja decides whether the op is current from its own log, and the log of another ninja (Debian's
+# 1.11 against the venv's 1.13) reads as "command line changed", so the first DeepSpeed test compiled it again.
 DS_SHM_OP := $(VENV)/torch-extensions/deepspeed_shm_comm/deepspeed_shm_comm.so
 
 $(DS_SHM_OP): $(VENV)/.installed
-	TORCH_EXTENSIONS_DIR="$(abspath $(VENV))/torch-extensions" $(PY) -c \
+	PATH="$(abspath $(VENV))/bin:$$PATH" TORCH_EXTENSIONS_DIR="$(abspath $(VENV))/torch-extensions" $(PY) -c \
 		"from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
 
 # Every test (docs/testing.md): unit, in-process, and the slow tier that launches processes.

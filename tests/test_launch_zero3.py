@@ -49,3 +49,12 @@ def test_zero3_trains_two_steps_and_saves_whole_weights(tiny_pipeline_dir, tiny_
     model = build_framework(load_config(ROOT / TINY_CONFIG, [overrides[0][2:]]))
     expected = model.state_dict()
     assert weights and all(tuple(v.shape) == tuple(expected[k].shape) for k, v in weights.items())
+
+
+def test_the_prebuilt_deepspeed_op_is_current_for_the_ninja_the_tests_run():
+    """`make test` builds DeepSpeed's CPU op once; a ninja that finds work to do would compile it in the first test."""
+    folder = Path(sys.prefix) / "torch-extensions" / "deepspeed_shm_comm"
+    if not folder.is_dir():
+        pytest.skip("`make test` builds the op into the environment (Makefile: DS_SHM_OP)")
+    result = subprocess.run(["ninja", "-n", "-d", "explain"], cwd=folder, capture_output=True, text=True)
+    assert "no work to do" in result.stdout, result.stdout + result.stderr
