@@ -38,6 +38,13 @@ def metaworld(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def sim_probe(python: Path, code: str) -> dict:
+    """Run `code` in the simulator environment; the JSON it prints last."""
+    result = subprocess.run([str(python), "-c", code], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
 @pytest.fixture(scope="session")
 def sim_env() -> Path:
     """The simulator environment, built once (CI builds it here; a failed build fails the tests).
@@ -121,11 +128,11 @@ def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env,
 
 @pytest.mark.slow
 def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path):
-    # On reach-v3 with the views its benchmark uses: our own camera and the enlarged goal marker.
+    # On reach-v3 with the views its benchmark uses: our own camera and the enlarged goal marker, the goal on a corner.
     task = "reach-v3"
     result = metaworld("evaluate", "--policy", "zero", "--task", task, "--episodes", "2", "--max_steps", "20",
                        "--videos", "1", "--out", str(tmp_path), "--image_size", SIZE, "--cameras", "across,topview",
-                       "--goal_marker", "0.04")
+                       "--goal_marker", "0.04", "--goal_set", "4")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["suite"] == "metaworld" and summary["task"] == task and summary["policy"] == "zero"
@@ -134,6 +141,7 @@ def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path
     assert summary["ci95"][0] == 0.0 and 0.5 < summary["ci95"][1] < 0.9  # Wilson, 0 of 2
     assert summary["latency"] is None and summary["seeds"] == [1000, 1001]
     assert summary["cameras"] == ["across", "topview"] and summary["goal_marker"] == 0.04 and summary["hand_start"] == 0
+    assert summary["goal_set"] == 4
     adapters = json.loads((tmp_path / "success_rate_summary.json").read_text())
     assert adapters["per_task"] == {f"metaworld/{task}": 0.0} and adapters["episodes"] == 2
     from PIL import Image
@@ -144,7 +152,7 @@ def test_the_zero_policy_never_succeeds_and_writes_the_summary(sim_env, tmp_path
     green = (strip[..., 1].astype(int) - np.maximum(strip[..., 0], strip[..., 2]) > 100).reshape(32, 8, 32)
     assert green.sum(axis=(0, 2)).min() > 0
     # ... where the goal is from the first frame on (the zero policy moves nothing); reset() alone left the first
-    # frame showing the previous configuration's goal.
+    # frame showing the previous configuration's goal, and --goal_set moves the goal after reset().
     centroids = np.array([np.argwhere(green[:, frame]).mean(axis=0) for frame in range(8)])
     assert np.abs(centroids - centroids[-1]).max() < 0.5, centroids
     assert (tmp_path / "outcomes.png").stat().st_size > 0
@@ -166,15 +174,57 @@ for hand_start in (0.0, 0.1):
     scene.close()
 print(json.dumps({"starts": starts, "home": home}))
 """
-    result = subprocess.run([str(sim_env), "-c", probe], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.splitlines()[-1])
+    found = sim_probe(sim_env, probe)
     home, fixed, moved = np.array(found["home"]), np.array(found["starts"]["0.0"]), np.array(found["starts"]["0.1"])
     assert np.abs(fixed - fixed[0]).max() < 0.005  # Meta-World's own start, whatever the seed
     assert np.abs(moved[0] - moved[2]).max() < 1e-6  # a seed names its start
     assert np.abs(moved[0] - moved[1]).max() > 0.01
     # Within the cube around the start, give or take where the settled hand ends up.
     assert np.abs(moved - home).max() < 0.1 + 0.02 and np.abs(fixed[0] - home).max() < 0.02
+
+
+@pytest.mark.slow
+def test_the_goal_is_the_corner_the_seed_says_and_the_expert_reaches_it(sim_env):
+    probe = """
+import json
+import numpy as np
+from DiT4DiT.evaluation.errors import BadArgument
+from DiT4DiT.evaluation.metaworld import Scene, SceneSetup
+errors = []
+for task, goal_set in (("reach-v3", -1), ("reach-v3", 5), ("handle-press-v3", 2)):
+    try:
+        Scene(task, SceneSetup(image_size=32, goal_set=goal_set))
+    except BadArgument as error:
+        errors.append(str(error))
+scene = Scene("reach-v3", SceneSetup(image_size=32, hand_start=0.1, goal_set=4))
+episodes = []
+for seed in (0, 1, 2, 3, 4, 5, 0):
+    scene.reset(seed)
+    goal = [float(v) for v in scene.env._target_pos]
+    seen = [float(v) for v in scene.obs[-3:]]
+    steps = next((step for step in range(1, 101) if scene.step(scene.expert_action())), None)
+    episodes.append({"goal": goal, "seen": seen, "steps": steps})
+corners = scene.goal_positions.tolist()
+scene.close()
+print(json.dumps({"errors": errors, "corners": corners, "episodes": episodes}))
+"""
+    found = sim_probe(sim_env, probe)
+    corners = np.array(found["corners"])
+    # reach-v3's goal box, corners in x and z at its middle depth: 20 and 25 cm apart, so a blind guess is one corner.
+    assert corners.shape == (4, 3) and np.allclose(np.abs(corners[:, 0]), 0.1) and np.allclose(corners[:, 1], 0.85)
+    assert sorted(set(np.round(corners[:, 2], 3))) == [0.05, 0.3]
+    assert len({tuple(c) for c in corners.tolist()}) == 4
+    goals = np.array([episode["goal"] for episode in found["episodes"]])
+    matches = [(np.abs(corners - goal) < 1e-9).all(axis=1) for goal in goals]
+    assert all(match.sum() == 1 for match in matches), goals  # every goal on a corner
+    on = [int(match.argmax()) for match in matches]
+    assert on[0] == on[-1] and len(set(on)) >= 3  # the seed names the corner, and six seeds find most of them
+    # The expert reads the goal from the observation: it must see the corner and reach it.
+    assert all(episode["seen"] == episode["goal"] for episode in found["episodes"])
+    assert all(episode["steps"] is not None for episode in found["episodes"]), found["episodes"]
+    too_few, too_many, wrong_task = found["errors"]
+    assert too_few.startswith("--goal_set -1: ") and too_many.startswith("--goal_set 5: ") and "1 to 4" in too_many
+    assert wrong_task.startswith("--goal_set 2: ") and "handle-press-v3" in wrong_task and "reach-v3" in wrong_task
 
 
 @pytest.mark.slow

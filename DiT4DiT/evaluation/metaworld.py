@@ -17,7 +17,9 @@ The dataset goes to DATA_ROOT/LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerob
   video  primary_image, wrist_image = the two --cameras (default "corner" turned upright, "gripperPOV")
 The goal position is never in the state: on tasks such as reach-v3 only the cameras show it (at 32 px only with
 --cameras across,topview --goal_marker 0.04), and with --hand_start the hand's start varies too, so that its
-position alone does not betray the way to the goal. Evaluate with the scene options the demos were collected with.
+position alone does not betray the way to the goal. --goal_set K (reach-v3) draws the goal from K corners of its
+box instead of anywhere in it: a coarse choice the images show plainly and a blind policy gets right at most 1 in K.
+Evaluate with the scene options the demos were collected with.
 Episode i of a run uses seed --seed + i: collect's default seeds (0..) and evaluate's (1000..) never meet, so an
 evaluation runs on configurations the demonstrations never showed.
 """
@@ -57,6 +59,9 @@ DEFAULT_CAMERAS = ("corner", "gripperPOV")
 FREE_CAMERAS = {"across": ((0.0, 0.75, 0.12), 0.75, -90.0, -35.0)}
 GOAL_MARKER_RGBA = (0.0, 1.0, 0.0, 1.0)  # green: Meta-World's dark red goal is lost against the red arm
 ENV_ACTION_DIM = 4  # dx, dy, dz, grip
+# Tasks whose goal is a free point the hand reaches, and whose success test reads the env's `_target_pos`: the
+# tasks where --goal_set may move the goal.
+GOAL_SET_TASKS = ("reach-v3",)
 DATASET_FPS = 20
 
 
@@ -88,13 +93,24 @@ class SceneSetup:
     with that radius (m), which only changes the pictures: sites have no physics and success is measured from the
     positions. hand_start > 0 starts the hand anywhere in a cube of that half-width (m) around Meta-World's fixed
     start, drawn from the seed: from a fixed start the hand's position alone tells the direction it has taken,
-    so a policy that cannot see the goal can still follow an expert's straight line to it.
+    so a policy that cannot see the goal can still follow an expert's straight line to it. goal_set K > 0 (1-4, on
+    GOAL_SET_TASKS) puts the goal on one of the first K corners of the task's goal box (`goal_corners`), drawn from
+    the seed.
     """
 
     image_size: int = 64
     cameras: tuple[str, str] = DEFAULT_CAMERAS
     goal_marker: float = 0.0
     hand_start: float = 0.0
+    goal_set: int = 0
+
+
+def goal_corners(goal_space) -> np.ndarray:
+    """(4, 3): the corners of a goal box in x and z, at the middle of its y, diagonal pairs first (K = 2 takes
+    the two farthest apart). The box's other corners differ from these in depth, which the views show least."""
+    (x0, y0, z0), (x1, y1, z1) = goal_space.low, goal_space.high
+    y = (y0 + y1) / 2
+    return np.array([[x0, y, z0], [x1, y, z1], [x0, y, z1], [x1, y, z0]], dtype=np.float64)
 
 
 class Scene:
@@ -127,6 +143,14 @@ class Scene:
         self.cameras = [self._camera(name, mujoco) for name in setup.cameras]
         self.setup = setup
         self.hand_home = np.array(env.hand_init_pos, dtype=np.float64)
+        corners = goal_corners(env.goal_space)
+        if not 0 <= setup.goal_set <= len(corners):
+            raise BadArgument(f"--goal_set {setup.goal_set}: draw the goal from 1 to {len(corners)} corners of its "
+                              "box, or 0 for anywhere in it")
+        if setup.goal_set and task not in GOAL_SET_TASKS:
+            raise BadArgument(f"--goal_set {setup.goal_set}: {task}'s goal is not a free point to reach; "
+                              f"use it on {', '.join(GOAL_SET_TASKS)}, or 0")
+        self.goal_positions = corners[:setup.goal_set]
         # The experts' gains exceed the action range on purpose; the clip below is what the env would do.
         warnings.filterwarnings("ignore", message="Constant.*may be too high", category=UserWarning)
         self.expert = ENV_POLICY_MAP[task]()
@@ -160,6 +184,13 @@ class Scene:
             offset = np.random.default_rng([seed, 1]).uniform(-1.0, 1.0, size=3) * self.setup.hand_start
             self.env.hand_init_pos = self.hand_home + offset
         self.obs, _ = self.env.reset()
+        if self.setup.goal_set:
+            # Its own stream too ([seed, 2]). The success test reads _target_pos, the expert the observation, and
+            # step()'s mj_forward places the goal site where the model has it (on reach-v3 relative to the world).
+            corner = np.random.default_rng([seed, 2]).integers(self.setup.goal_set)
+            self.env._target_pos = self.goal_positions[corner].copy()
+            self.env.model.site("goal").pos = self.env._target_pos
+            self.obs = self.env._get_obs()
         # reset() moves the target sites in the model only; step() puts them in the rendered data. Without this
         # an episode's first frame shows the previous configuration's goal.
         for name, position in self.env._target_site_config:
@@ -363,7 +394,7 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     summary = write_summary(out, SUITE, task, outcomes, lengths, latencies_s=policy.latencies_s, wall_s=wall,
                             policy=label, server=server, max_steps=max_steps, image_size=setup.image_size,
                             seeds=[seed, seed + episodes - 1], cameras=list(setup.cameras),
-                            goal_marker=setup.goal_marker, hand_start=setup.hand_start)
+                            goal_marker=setup.goal_marker, hand_start=setup.hand_start, goal_set=setup.goal_set)
     write_task_result(out, SUITE, task, outcomes)
     summarize(out)
     plot_outcomes(out / "outcomes.png", outcomes, lengths, max_steps, f"{task}, {label}")
@@ -392,10 +423,13 @@ def add_scene_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hand_start", type=float, default=default.hand_start,
                         help="start the hand anywhere within this distance in m of Meta-World's start, per axis (0: "
                              "its fixed start)")
+    parser.add_argument("--goal_set", type=int, default=default.goal_set,
+                        help=f"draw the goal from this many corners of its box (1-4; {', '.join(GOAL_SET_TASKS)}; 0: "
+                             "anywhere in it)")
 
 
 def scene_setup(args: argparse.Namespace) -> SceneSetup:
-    return SceneSetup(args.image_size, args.cameras, args.goal_marker, args.hand_start)
+    return SceneSetup(args.image_size, args.cameras, args.goal_marker, args.hand_start, args.goal_set)
 
 
 def main(argv: list[str] | None = None) -> int:
