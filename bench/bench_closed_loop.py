@@ -2,6 +2,7 @@
 
     python bench/bench_closed_loop.py --task handle-press-v3 [--demos 50] [--steps 500] [--episodes 50] [--json FILE]
     python bench/bench_closed_loop.py --task reach-v3 --cameras across,topview --goal_marker 0.04 ...
+    python bench/bench_closed_loop.py --task reach-v3 ... --hand_start 0.1 --goal_set 4
 
 Collects demonstrations (seeds 0..), trains the tiny config on them for a fixed number of steps with
 `scripts/train_8p.sh`, serves the last checkpoint, and evaluates `--episodes` configurations it never saw
@@ -63,6 +64,8 @@ def main() -> int:
     parser.add_argument("--goal_marker", type=float, default=0.0, help="goal drawn green with this radius (m)")
     parser.add_argument("--hand_start", type=float, default=0.0,
                         help="hand starts within this distance (m, per axis) of Meta-World's fixed start")
+    parser.add_argument("--goal_set", type=int, default=0,
+                        help="goal drawn from this many corners of its box (0: anywhere)")
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) // 2),
                         help="OMP_NUM_THREADS of each process")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_closed_loop",
@@ -81,7 +84,7 @@ def main() -> int:
                HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     metaworld = [str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld"]
     views = ["--image_size", str(args.image_size), "--cameras", args.cameras, "--goal_marker", str(args.goal_marker),
-             "--hand_start", str(args.hand_start)]
+             "--hand_start", str(args.hand_start), "--goal_set", str(args.goal_set)]
     started = time.monotonic()
 
     collect_s = run([*metaworld, "collect", "--task", args.task, "--episodes", str(args.demos), "--out",
@@ -123,7 +126,7 @@ def main() -> int:
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
         "cameras": args.cameras, "goal_marker": args.goal_marker, "hand_start": args.hand_start,
-        "model_image_size": args.model_image_size,
+        "goal_set": args.goal_set, "model_image_size": args.model_image_size,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
                       for name in ("blank_images", "zero", "random")},
