@@ -147,9 +147,14 @@ def check_backbone_fits(cfg: DictConfig) -> None:
              f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
              f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}")
     frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
-    _require(cosmos.training != "video" or latent_frame_count(frames, shape.temporal_factor) >= 2,
-             f"framework.cosmos25.training=video needs at least {1 + shape.temporal_factor} frames per sample, "
-             f"but datasets.vla_data.video_delta_indices / action_video_freq_ratio give {frames}")
+    # joint and video train the transformer only through the future frames: with none, nothing reaches it, and
+    # DDP stops at the second step with "parameters that were not used in producing loss".
+    _require(cosmos.training == "action" or latent_frame_count(frames, shape.temporal_factor) >= 2,
+             f"framework.cosmos25.training={cosmos.training} needs at least {1 + shape.temporal_factor} frames per "
+             f"sample (its video loss predicts the frames after the first), but datasets.vla_data.video_delta_indices "
+             f"/ action_video_freq_ratio give {frames}"
+             + ("; to train the action head alone on one frame, set framework.cosmos25.training=action"
+                if cosmos.training == "joint" else ""))
 
 
 def validate_training_config(cfg: DictConfig) -> list[str]:
