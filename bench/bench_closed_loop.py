@@ -71,6 +71,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_closed_loop",
                         help="folder for the demos, the run, the evaluations and logs")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--train_option", action="append", default=[], metavar="OPTION",
+                        help="one more launcher option for training, e.g. "
+                             "--train_option=--datasets.vla_data.video_delta_indices=[0] (repeatable)")
     args = parser.parse_args()
 
     if not SIM_PYTHON.exists():
@@ -96,7 +99,8 @@ def main() -> int:
                    f"--run_id={run_id}", f"--max_train_steps={args.steps}", f"--save_interval={args.steps}",
                    f"--per_device_batch_size={args.batch}", f"--trainer.eval_interval={args.steps}",
                    f"--datasets.vla_data.cache_dir={work / 'cache'}", "--datasets.vla_data.num_workers=0",
-                   f"--datasets.vla_data.image_size={args.model_image_size}", "--trackers=[jsonl]", *MODEL_OVERRIDES],
+                   f"--datasets.vla_data.image_size={args.model_image_size}", "--trackers=[jsonl]", *MODEL_OVERRIDES,
+                   *args.train_option],
                   env, work / "train.log")
     ckpt = work / "runs" / run_id / "checkpoints" / f"steps_{args.steps}_pytorch_model.pt"
 
@@ -126,7 +130,7 @@ def main() -> int:
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
         "cameras": args.cameras, "goal_marker": args.goal_marker, "hand_start": args.hand_start,
-        "goal_set": args.goal_set, "model_image_size": args.model_image_size,
+        "goal_set": args.goal_set, "model_image_size": args.model_image_size, "train_options": args.train_option,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
                       for name in ("blank_images", "zero", "random")},
