@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from DiT4DiT.evaluation.metaworld import add_scene_options
+
 ROOT = Path(__file__).resolve().parents[1]
 SIM_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
 TINY_MODEL = ROOT / "playground/Pretrained_models/Cosmos-Predict2.5-tiny"
@@ -57,15 +59,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8, help="per-device batch size")
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes per policy")
     parser.add_argument("--max_steps", type=int, default=150, help="env steps before an episode fails")
-    parser.add_argument("--image_size", type=int, default=64, help="camera resolution")
     parser.add_argument("--model_image_size", type=int, default=32,
                         help="the model's frame side (datasets.vla_data.image_size; the tiny config's 32 by default)")
-    parser.add_argument("--cameras", default="corner,gripperPOV", help="primary,wrist cameras (collect and evaluate)")
-    parser.add_argument("--goal_marker", type=float, default=0.0, help="goal drawn green with this radius (m)")
-    parser.add_argument("--hand_start", type=float, default=0.0,
-                        help="hand starts within this distance (m, per axis) of Meta-World's fixed start")
-    parser.add_argument("--goal_set", type=int, default=0,
-                        help="goal drawn from this many corners of its box (0: anywhere)")
+    add_scene_options(parser)  # collect's and evaluate's own, passed on to both
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) // 2),
                         help="OMP_NUM_THREADS of each process")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_closed_loop",
@@ -86,7 +82,8 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(args.threads), WANDB_MODE="offline",
                HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     metaworld = [str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld"]
-    views = ["--image_size", str(args.image_size), "--cameras", args.cameras, "--goal_marker", str(args.goal_marker),
+    cameras = ",".join(args.cameras)
+    views = ["--image_size", str(args.image_size), "--cameras", cameras, "--goal_marker", str(args.goal_marker),
              "--hand_start", str(args.hand_start), "--goal_set", str(args.goal_set)]
     started = time.monotonic()
 
@@ -129,7 +126,7 @@ def main() -> int:
     report = {
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
-        "cameras": args.cameras, "goal_marker": args.goal_marker, "hand_start": args.hand_start,
+        "cameras": cameras, "goal_marker": args.goal_marker, "hand_start": args.hand_start,
         "goal_set": args.goal_set, "model_image_size": args.model_image_size, "train_options": args.train_option,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
