@@ -26,8 +26,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 develop:
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'dit4dit.pth').write_text('$(CURDIR)\n')"
 
-$(TINY_MODEL)/model_index.json: | venv
-	PYTHONPATH=. $(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL)
+# Rewritten when the tool changes, so a checkout never trains on an older snapshot than its code writes.
+$(TINY_MODEL)/model_index.json: DiT4DiT/tools/tiny_cosmos.py | venv
+	PYTHONPATH=. $(PY) -m DiT4DiT.tools.tiny_cosmos --out $(TINY_MODEL) --overwrite
 
 $(TINY_DATA)/.complete: | venv
 	PYTHONPATH=. $(PY) -m DiT4DiT.tools.tiny_robotwin --out $(TINY_DATA) --overwrite

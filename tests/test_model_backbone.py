@@ -10,6 +10,7 @@ from DiT4DiT.model.freezing import freeze_modules
 from DiT4DiT.model.modules.cosmos_backbone import latent_frame_count, unused_parameters_expected, wasted_frames_message
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
+from DiT4DiT.tools.tiny_cosmos import calibration_clips
 
 
 @pytest.mark.parametrize("views", [1, 3])
@@ -89,6 +90,24 @@ def test_the_sampled_condition_latent_tells_images_apart(tiny_model_cfg):
     between_images = (first[0] - first[1]).abs().mean()
     between_samples = (first - again).abs().mean()
     assert 0 < between_samples < 1e-3 * between_images
+
+
+def test_normalised_latents_of_images_have_about_unit_scale(tiny_model_cfg):
+    """The tiny VAE's latents_mean/std are measured on scenes, as a trained VAE's are, so normalised latents of
+    unseen scenes are about N(0, 1) per channel and a 4-pixel marker that moves changes them visibly. With the
+    earlier made-up statistics the channels' spread over scenes was 0.05-0.12 and the marker moved them by 0.1."""
+    extractor = build_framework(tiny_model_cfg()).backbone_interface.extractor
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)  # not the snapshot's seed: scenes the statistics were not measured on
+        scenes = calibration_clips(count=16)[:, :, 0]
+    plain = torch.full((2, 3, 32, 32), 0.2)
+    plain[0, :, 8:12, 8:12] = plain[1, :, 8:12, 16:20] = -0.8
+    with torch.no_grad():
+        latents, marker = extractor.encode_condition(scenes), extractor.encode_condition(plain)
+    assert latents.mean((0, 2, 3, 4)).abs().max() < 1.0
+    spread = latents.std((0, 2, 3, 4))
+    assert 0.4 < spread.min() and spread.max() < 2.5, spread
+    assert (marker[0] - marker[1]).abs().max() > 0.4
 
 
 def test_latents_are_normalised_by_the_std(tiny_model_cfg):
