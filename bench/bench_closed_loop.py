@@ -74,9 +74,10 @@ def main() -> int:
 
     if not SIM_PYTHON.exists():
         subprocess.check_call(["make", "sim-env"], cwd=ROOT)
-    # Through make: it also rewrites a snapshot older than the tool that writes it.
-    subprocess.check_call(["make", "--no-print-directory", str(TINY_MODEL.relative_to(ROOT) / "model_index.json")],
-                          cwd=ROOT)
+    # Through make's rule, which also rewrites a snapshot older than the tool that writes it; with this Python and
+    # without the rule's .venv prerequisite, so a run from another environment does not build one.
+    subprocess.check_call(["make", "--no-print-directory", "-o", "venv", f"PY={sys.executable}",
+                           str(TINY_MODEL.relative_to(ROOT) / "model_index.json")], cwd=ROOT)
     work = args.work / args.task
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(args.threads), WANDB_MODE="offline",
