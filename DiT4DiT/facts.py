@@ -26,6 +26,11 @@ VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
 DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}
 
 
+# trainer.deterministic: device kind -> variables read when its libraries start (the launcher exports them; the
+# trainer sets any still missing before the process group). HCCL reduces in a fixed order with
+# HCCL_DETERMINISTIC=true (CANN HCCL guide); cuBLAS needs a fixed workspace (torch's reproducibility notes).
+DETERMINISTIC_ENV = {"npu": {"HCCL_DETERMINISTIC": "true"}, "cuda": {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}}
+
 def download_command(folder) -> str:
     """The command that puts the base model into `folder`."""
     return f"huggingface-cli download {HUB_REPO} --revision {HUB_REVISION} --local-dir {folder}"

@@ -108,7 +108,7 @@ def test_paths_are_the_callers_and_run_id_stays_a_string(tmp_path):
     assert plan.log == "/abs/20250101/train.log"
 
 
-@pytest.mark.parametrize("host, devices, zero_copy", [(A3, 16, "1"), (A2, 8, None)])
+@pytest.mark.parametrize("host, devices, zero_copy", [(A3, 16, None), (A2, 8, None)])
 def test_one_npu_node_gets_the_ascend_environment(host, devices, zero_copy, ascend):
     plan = make([], host, env=ascend)
     env = env_of(plan)
@@ -131,18 +131,39 @@ def test_torch_and_torch_npu_libraries_go_first_on_the_library_path(ascend, tmp_
     assert f"LD_LIBRARY_PATH={libs['torch']}:{libs['torch_npu']}:$LD_LIBRARY_PATH" in planning.dry_run(plan)
 
 
-def test_zero_copy_only_on_a_single_a3_node_unless_asked(ascend):
+def test_zero_copy_is_off_unless_asked_for(ascend):
+    one = make([], A3, env=ascend)
+    assert env_of(one)["TORCH_HCCL_ZERO_COPY"] is None and "    unset TORCH_HCCL_ZERO_COPY" in planning.shell(one)
+    assert one.env.settings["TORCH_HCCL_ZERO_COPY"].source.startswith("off by default: a trial feature")
     two = {**ascend, "MASTER_ADDR": "10.0.0.1"}
-    plan = make(["--num_machines=2"], A3, env=two)
-    assert "TORCH_HCCL_ZERO_COPY" not in env_of(plan)
-    assert any("validated on one node only" in note for note in plan.notes)
+    assert env_of(make(["--num_machines=2"], A3, env=two))["TORCH_HCCL_ZERO_COPY"] is None
     asked = make(["--num_machines=2"], A3, env={**two, "TORCH_HCCL_ZERO_COPY": "1"})
     assert env_of(asked)["TORCH_HCCL_ZERO_COPY"] == "1" and asked.env.settings["TORCH_HCCL_ZERO_COPY"].source == "yours"
+    assert any("not for production" in note for note in asked.notes)
+    by_option = make(["--hccl_zero_copy=1"], A3, env=ascend)
+    assert env_of(by_option)["TORCH_HCCL_ZERO_COPY"] == "1"
+    assert by_option.env.settings["TORCH_HCCL_ZERO_COPY"].source == "option --hccl_zero_copy=1"
     on_a2 = make([], A2, env={**ascend, "TORCH_HCCL_ZERO_COPY": "1"})
     assert env_of(on_a2)["TORCH_HCCL_ZERO_COPY"] is None  # unset
     assert "    unset TORCH_HCCL_ZERO_COPY" in planning.shell(on_a2)
-    forced = make(["--soc=a3"], Host("npu", 8, 8, "a3", "--soc"), env=ascend)
+    assert "TORCH_HCCL_ZERO_COPY" not in env_of(make([], A2, env=ascend))
+    forced = make(["--soc=a3", "--hccl_zero_copy=1"], Host("npu", 8, 8, "a3", "--soc"), env=ascend)
     assert env_of(forced)["TORCH_HCCL_ZERO_COPY"] == "1"
+    with pytest.raises(options.UsageError, match="--hccl_zero_copy=yes: expected 0 \\(off\\) or 1"):
+        make(["--hccl_zero_copy=yes"], A3, env=ascend)
+
+
+@pytest.mark.parametrize("host, variable", [(A3, ("HCCL_DETERMINISTIC", "true")),
+                                            (Host("cuda", 8, 8, "none", "torch sees 8"), ("CUBLAS_WORKSPACE_CONFIG", ":4096:8"))])
+def test_deterministic_mode_exports_what_the_device_libraries_read(host, variable, ascend):
+    name, value = variable
+    assert name not in env_of(make([], host, env=ascend))
+    plan = make(["--trainer.deterministic=true"], host, env=ascend)
+    assert env_of(plan)[name] == value and plan.env.settings[name].source == "trainer.deterministic"
+    assert f"  {name}={value}  (trainer.deterministic)" in planning.dry_run(plan)
+    assert env_of(make(["--trainer.deterministic=true"], host, env={**ascend, name: "x"}))[name] == "x"  # yours
+    assert not [n for n in ("HCCL_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG")
+                if n in env_of(make(["--trainer.deterministic=true"], CPU))]  # CPU: torch's flag in the trainer only
 
 
 def test_timeouts_hccl_below_the_process_group_and_both_in_the_dry_run(ascend):

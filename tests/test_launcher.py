@@ -60,9 +60,16 @@ def npu_ready(tmp_path, model_skeleton, data_skeleton):
 
 
 def env_lines(stdout: str) -> dict[str, str]:
-    """The dry-run's environment block: variable -> value (without its "  (source)")."""
+    """The dry-run's environment block: variable -> value (without its "  (source)"); not the `unset NAME` lines."""
     block = stdout.split("environment:\n", 1)[1].split("command", 1)[0]
-    return dict(line.strip().rsplit("  (", 1)[0].split("=", 1) for line in block.splitlines())
+    return dict(line.strip().rsplit("  (", 1)[0].split("=", 1) for line in block.splitlines()
+                if not line.strip().startswith("unset "))
+
+
+def unset_lines(stdout: str) -> dict[str, str]:
+    """The dry-run's `unset NAME  (why)` lines: variable -> why."""
+    block = stdout.split("environment:\n", 1)[1].split("command", 1)[0]
+    return {line.split()[1]: line.split("  (", 1)[1][:-1] for line in block.splitlines() if line.strip().startswith("unset ")}
 
 
 @pytest.mark.parametrize("layout, devices", [("a2", 8), ("a3", 16)])
@@ -79,7 +86,8 @@ def test_dry_run_on_npu_host_shows_ascend_environment_and_command(layout, device
     assert variables["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
     assert variables["WANDB_MODE"] == "offline"
     assert variables["HCCL_CONNECT_TIMEOUT"] == "1200" and variables["HCCL_EXEC_TIMEOUT"] == "540"
-    assert ("TORCH_HCCL_ZERO_COPY" in variables) == (layout == "a3")
+    assert "TORCH_HCCL_ZERO_COPY" not in variables  # off unless asked for
+    assert ("TORCH_HCCL_ZERO_COPY" in unset_lines(out)) == (layout == "a3")
     torch_lib = str(Path(__import__("torch").__file__).parent / "lib")
     ld_path = variables["LD_LIBRARY_PATH"].split(":")
     assert ld_path[0] == torch_lib and ld_path[-1] == "$LD_LIBRARY_PATH"  # ours first, CANN's kept
@@ -138,13 +146,39 @@ def test_the_yaml_decides_what_was_not_typed(npu_ready):
     assert (cfg.trainer.max_train_steps, cfg.trainer.save_interval, cfg.datasets.vla_data.per_device_batch_size) == (100000, 10000, 4)
 
 
-def test_zero_copy_follows_the_soc_override(npu_ready):
+def test_zero_copy_is_off_on_an_a3_node_until_asked_for(npu_ready):
     args, env = npu_ready
-    forced_a3 = plan("--dry-run", "--soc=a3", *args, layout="a2", env=env)
+    one_a3 = plan("--dry-run", *args, layout="a3", env=env)
+    assert "TORCH_HCCL_ZERO_COPY" not in env_lines(one_a3.stdout)
+    assert unset_lines(one_a3.stdout)["TORCH_HCCL_ZERO_COPY"] == (
+        "off by default: a trial feature of CANN 9.0's HCCL, not for production; ask with --hccl_zero_copy=1 or "
+        "export TORCH_HCCL_ZERO_COPY=1 after an A/B run (docs/ascend.md)")
+    asked = plan("--dry-run", "--hccl_zero_copy=1", *args, layout="a3", env=env)
+    assert "  TORCH_HCCL_ZERO_COPY=1  (option --hccl_zero_copy=1)" in asked.stdout
+    assert "not for production; compare loss and grad norm over a few steps with it off first" in asked.stderr
+    exported = plan("--dry-run", *args, layout="a3", env={**env, "TORCH_HCCL_ZERO_COPY": "1"})
+    assert "  TORCH_HCCL_ZERO_COPY=1  (yours)" in exported.stdout
+    overruled = plan("--dry-run", "--hccl_zero_copy=0", *args, layout="a3", env={**env, "TORCH_HCCL_ZERO_COPY": "1"})
+    assert unset_lines(overruled.stdout)["TORCH_HCCL_ZERO_COPY"] == "option --hccl_zero_copy=0"
+    forced_a3 = plan("--dry-run", "--soc=a3", "--hccl_zero_copy=1", *args, layout="a2", env=env)
     assert env_lines(forced_a3.stdout)["TORCH_HCCL_ZERO_COPY"] == "1"
     on_a2 = plan("--dry-run", *args, layout="a2", env={**env, "TORCH_HCCL_ZERO_COPY": "1"})
-    assert "TORCH_HCCL_ZERO_COPY" not in env_lines(on_a2.stdout)
+    assert "TORCH_HCCL_ZERO_COPY" not in env_lines(on_a2.stdout) and unset_lines(on_a2.stdout)["TORCH_HCCL_ZERO_COPY"] == "A2"
     assert "unsetting TORCH_HCCL_ZERO_COPY" in on_a2.stderr
+    refused = plan("--dry-run", "--hccl_zero_copy=1", *args, layout="a2", env=env)
+    assert refused.returncode == 2 and "--hccl_zero_copy=1: zero-copy collectives are A3-only" in refused.stderr
+
+
+def test_deterministic_key_exports_the_collectives_variable(npu_ready):
+    args, env = npu_ready
+    default = plan("--dry-run", *args, layout="a3", env=env)
+    assert "HCCL_DETERMINISTIC" not in env_lines(default.stdout)
+    assert "  trainer.deterministic=False  (yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml)" in default.stdout \
+        or "  trainer.deterministic=False  (default)" in default.stdout
+    on = plan("--dry-run", "--trainer.deterministic=true", *args, layout="a3", env=env)
+    assert "  HCCL_DETERMINISTIC=true  (trainer.deterministic)" in on.stdout
+    assert "  trainer.deterministic=True  (option --trainer.deterministic)" in on.stdout
+    assert "--trainer.deterministic=true" in on.stdout.split("command (in", 1)[1]
 
 
 def test_unpatched_tree_is_refused_with_the_command_that_patches_it(npu_ready, tmp_path):
@@ -371,7 +405,7 @@ def test_two_nodes_without_an_interface_use_the_route_to_machine_0_or_are_refuse
     assert "network: lo (derived: `ip route get 10.0.0.1`), IPv4 127.0.0.1" in routed.stdout
     variables = env_lines(routed.stdout)
     assert variables["HCCL_SOCKET_IFNAME"] == "=lo" and variables["GLOO_SOCKET_IFNAME"] == "lo"
-    assert "TORCH_HCCL_ZERO_COPY" not in variables and "validated on one node only" in routed.stderr
+    assert "TORCH_HCCL_ZERO_COPY" not in variables and "TORCH_HCCL_ZERO_COPY" in unset_lines(routed.stdout)
     assert "timeouts: process group 600 s" in routed.stdout and variables["HCCL_EXEC_TIMEOUT"] == "540"
     refused = plan(*two, layout="a3", env={**env, "FAKE_IP_ROUTE": "none"})
     assert refused.returncode == 2

@@ -252,3 +252,24 @@ def test_a_second_run_with_the_same_run_id_is_kept_out(tiny_pipeline_dir, tiny_r
         # training its 200 steps beside the rest of the suite.
         kill_tree(first.pid)
         first.wait()
+
+
+def test_deterministic_key_turns_on_torchs_deterministic_kernels(tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
+                                                                  monkeypatch):
+    for name in ("HCCL_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG"):  # put back as they were (absent) afterwards
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    assert not torch.are_deterministic_algorithms_enabled()
+    try:
+        result = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "deterministic",
+                                  "--trainer.max_train_steps=2", "--trainer.save_interval=2",
+                                  "--trainer.deterministic=true")
+        enabled = torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert enabled
+    assert ("deterministic kernels on (trainer.deterministic): torch.use_deterministic_algorithms(True), "
+            "HCCL_DETERMINISTIC=true, CUBLAS_WORKSPACE_CONFIG=:4096:8") in result.stderr
+    assert (os.environ["HCCL_DETERMINISTIC"], os.environ["CUBLAS_WORKSPACE_CONFIG"]) == ("true", ":4096:8")
+    assert (tmp_path / "deterministic/final_model/pytorch_model.pt").is_file()

@@ -192,6 +192,9 @@ SCHEMA: dict = {
         "collective_timeout_s": Key(600, "seconds a collective waits for the other ranks before the run fails", min=1),
         "stall_timeout_s": Key(300, "a rank silent for this long (stopped, dead, cut off) ends the run with exit status "
                                "76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0),
+        "deterministic": Key(False, "deterministic kernels: torch.use_deterministic_algorithms(True), and through "
+                             "the launcher HCCL_DETERMINISTIC=true (NPU) or CUBLAS_WORKSPACE_CONFIG=:4096:8 (CUDA); "
+                             "slower (bench/device_check.py measures it)"),
         "ignore_resource_check": Key(False, "start even when the memory estimate exceeds what this machine has "
                                      "(experts: the estimate is conservative)"),
     },

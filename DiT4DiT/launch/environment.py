@@ -6,7 +6,9 @@ The Ascend block (NPU hosts; the values DrivingSDK's A3 recipes use, ASCEND_NOTE
   PYTORCH_NPU_ALLOC_CONF=expandable_segments:True
   HCCL_CONNECT_TIMEOUT=1200                    16 processes per node set up links together
   HCCL_EXEC_TIMEOUT=<90% of the process-group timeout>  so that HCCL reports a hung collective first
-  TORCH_HCCL_ZERO_COPY=1                       beta, A3 only, validated on one node only: one A3 node, or yours
+  TORCH_HCCL_ZERO_COPY                         unset (off): a trial feature, not for production; A3 only, when
+                                               asked for (--hccl_zero_copy=1, or yours); unset on A2
+  HCCL_DETERMINISTIC=true                      with trainer.deterministic (CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8)
   HCCL_SOCKET_IFNAME==<if>, HCCL_IF_IP=<its IPv4>  exact match ("=eth0"; "eth0" also matches eth0.100)
   LD_LIBRARY_PATH=<torch/lib>:<torch_npu/lib>:...  for mx_driving's and torch_npu's extensions
 Any host: WANDB_MODE=offline, TORCH_WARM_POOL=0, GLOO_SOCKET_IFNAME=<if>; CPU hosts: OMP_NUM_THREADS=cores/processes.
@@ -35,6 +37,8 @@ class Setting:
     exported: bool = True  # False: the script exported it before the plan was made (shown only)
 
     def shown(self) -> str:
+        if self.value is None:
+            return f"unset {self.name}  ({self.source})"
         value = f"{self.value}:${self.name}" if self.prepend else self.value
         return f"{self.name}={value}  ({self.source})"
 

@@ -77,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
     opt("--machine_rank", metavar="R", help="this node's rank, 0 = the main node (else NODE_RANK, SLURM_NODEID; 0)")
     opt("--main_process_ip", metavar="IP", help="address of machine 0, needed with 2+ nodes (else MASTER_ADDR)")
     opt("--main_process_port", metavar="P", help="its port (else MASTER_PORT; 29500)")
+    opt("--hccl_zero_copy", metavar="0|1", help="TORCH_HCCL_ZERO_COPY for A3 (default: unset, off; a trial "
+        "feature of CANN 9.0's HCCL, A/B it first: docs/ascend.md); an exported value is used when this is not given")
     opt("--net_if", metavar="NAME", help="network interface for collectives (else DIT4DIT_NET_IF; with 2+ nodes "
         "derived from `ip route get MAIN_IP`)")
     trainer = p.add_argument_group("short names for trainer keys (passed only when given)")
@@ -100,6 +102,8 @@ def _check(name: str, value) -> str:
         raise UsageError(f"--{name}={value}: expected a positive integer")
     if name == "device" and value not in KINDS:
         raise UsageError(f"--device={value}: expected npu, cuda or cpu")
+    if name == "hccl_zero_copy" and value not in ("0", "1"):
+        raise UsageError(f"--hccl_zero_copy={value}: expected 0 (off) or 1 (on, A3 only)")
     if name == "soc" and value not in SOCS:
         raise UsageError(f"--soc={value}: expected a2 or a3")
     if name == "run_id" and (not RUN_ID.match(value) or value in (".", "..")):
@@ -154,4 +158,4 @@ def parse(argv: list[str], cwd: Path) -> Options:
 
 def option_names() -> list[str]:
     return [*TRAINER_KEYS, "device", "num_processes", "config_yaml", "launch_config", "soc", "num_machines",
-            "machine_rank", "main_process_ip", "main_process_port", "net_if"]
+            "machine_rank", "main_process_ip", "main_process_port", "net_if", "hccl_zero_copy"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from DiT4DiT.facts import DETERMINISTIC_ENV
 from DiT4DiT.launch import environment, host_kind, network, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
@@ -33,6 +34,7 @@ NODE_SOURCES = {  # option -> (variables read when it is not given, fallback)
     "main_process_port": (("MASTER_PORT",), "29500"),
     "net_if": (("DIT4DIT_NET_IF",), ""),
 }
+ZERO_COPY = "TORCH_HCCL_ZERO_COPY"
 INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "HCCL_IF_IP", "NCCL_SOCKET_IFNAME")
 
 
@@ -145,7 +147,33 @@ def _interface(plan: Plan, facts: Facts) -> None:
         plan.env.force("HCCL_IF_IP", address, f"IPv4 of {name}")
 
 
-def _ascend(plan: Plan, facts: Facts, entry: Path) -> None:
+def _zero_copy(plan: Plan, facts: Facts, option: str | None) -> None:
+    """TORCH_HCCL_ZERO_COPY off unless asked for (--hccl_zero_copy, or exported). CANN 9.0's HCCL guide calls it a
+    trial feature, not supported for production: it needs AI_CPU expansion, and AllReduce/ReduceScatter overwrite
+    their input. A3 only; on A2 it fails."""
+    env, exported = plan.env, facts.env.get(ZERO_COPY)
+    if plan.host.soc != "a3":
+        if option == "1":
+            plan.problems.append("--hccl_zero_copy=1: zero-copy collectives are A3-only; drop the option (or pass "
+                                 "--soc=a3 if this is an A3 node)")
+        elif exported is not None:
+            env.force(ZERO_COPY, None, "A2")
+            plan.notes.append(f"unsetting {ZERO_COPY}: it is A3-only and fails on A2 (pass --soc=a3 if this is an A3 node)")
+        return
+    if option is not None:
+        env.force(ZERO_COPY, "1" if option == "1" else None, f"option --hccl_zero_copy={option}")
+    elif exported is not None:
+        env.keep_yours(ZERO_COPY)
+    else:
+        env.force(ZERO_COPY, None, f"off by default: a trial feature of CANN 9.0's HCCL, not for production; ask "
+                                   f"with --hccl_zero_copy=1 or export {ZERO_COPY}=1 after an A/B run (docs/ascend.md)")
+    if env.value(ZERO_COPY) == "1":
+        plan.notes.append(f"{ZERO_COPY}=1 ({env.settings[ZERO_COPY].source}): zero-copy collectives are a trial "
+                          "feature of CANN 9.0's HCCL, not for production; compare loss and grad norm over a few steps "
+                          "with it off first (docs/ascend.md)")
+
+
+def _ascend(plan: Plan, facts: Facts, entry: Path, zero_copy: str | None) -> None:
     env = plan.env
     plan.cann_scripts, plan.cann = preflight.cann_scripts(facts.env)
     if not plan.cann:
@@ -164,18 +192,7 @@ def _ascend(plan: Plan, facts: Facts, entry: Path) -> None:
                              f"timeout {values.COLLECTIVE_TIMEOUT_KEY}={collective.value}, so that HCCL reports a hung "
                              f"collective first: unset it (the launcher derives {derived}) or raise "
                              f"--{values.COLLECTIVE_TIMEOUT_KEY}")
-    zero_copy = facts.env.get("TORCH_HCCL_ZERO_COPY")
-    if plan.host.soc == "a3" and plan.machines == 1:
-        env.default("TORCH_HCCL_ZERO_COPY", "1", "A3, one node")
-    elif plan.host.soc == "a3" and zero_copy is not None:
-        env.keep_yours("TORCH_HCCL_ZERO_COPY")
-        plan.notes.append("TORCH_HCCL_ZERO_COPY is yours: zero-copy collectives (beta) are validated on one A3 node only")
-    elif zero_copy is not None:
-        env.force("TORCH_HCCL_ZERO_COPY", None, "A2")
-        plan.notes.append("unsetting TORCH_HCCL_ZERO_COPY: it is A3-only and fails on A2 (pass --soc=a3 if this is an A3 node)")
-    elif plan.host.soc == "a3":
-        plan.notes.append("TORCH_HCCL_ZERO_COPY off: on A3 it is validated on one node only (export "
-                          "TORCH_HCCL_ZERO_COPY=1 to ask for it)")
+    _zero_copy(plan, facts, zero_copy)
     libs = [lib for lib in (facts.package_lib("torch"), facts.package_lib("torch_npu")) if lib and os.path.isdir(lib)]
     if facts.package_lib("torch_npu") is None:
         plan.problems.append(f"torch_npu is not installed for {plan.python}: pip install -r requirements-npu.txt")
@@ -245,9 +262,12 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
         plan.env.default("OMP_NUM_THREADS", str(threads), f"{facts.cores} cores / {per_node} process(es) per node")
     entry_path = _repo_path(entry)
     if host.kind == "npu" and not host.problem:
-        _ascend(plan, facts, entry_path)
+        _ascend(plan, facts, entry_path, opts.given("hccl_zero_copy"))
     elif not entry_path.is_file() and not opts.dry_run:
         plan.problems.append(f"trainer {entry} not found")
+    if config[values.DETERMINISTIC_KEY].value == "True":
+        for name, value in DETERMINISTIC_ENV.get(host.kind, {}).items():
+            plan.env.default(name, value, values.DETERMINISTIC_KEY)
     if problem := preflight.device_problem(host, per_node, facts.env):
         plan.problems.append(problem)
     _interface(plan, facts)
@@ -287,7 +307,7 @@ def dry_run(plan: Plan) -> str:
             item.source, item.source)
         lines.append(f"  {key}={item.value}  ({source})")
     lines.append("environment:")
-    lines += [f"  {s.shown()}" for s in plan.env.settings.values() if s.value is not None]
+    lines += [f"  {s.shown()}" for s in plan.env.settings.values() if s.value is not None or s.exported]
     lines.append(f"command (in {REPO}):")
     lines.append("  " + shlex.join(plan.command))
     lines.append(f"log: {plan.log}")

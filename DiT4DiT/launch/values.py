@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
 
+DETERMINISTIC_KEY = "trainer.deterministic"  # the launcher exports the collectives' deterministic variables
 SHOWN = ("run_root_dir", "run_id", "framework.cosmos25.base_model", "datasets.vla_data.data_root_dir",
-         "datasets.vla_data.data_mix")
+         "datasets.vla_data.data_mix", DETERMINISTIC_KEY)
 COLLECTIVE_TIMEOUT_KEY = "trainer.collective_timeout_s"
 COLLECTIVE_TIMEOUT_DEFAULT_S = 600  # the trainer's default for the key (docs/training.md)
 

@@ -26,14 +26,14 @@ from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
-from DiT4DiT.errors import TrainingError
+from DiT4DiT.facts import DETERMINISTIC_ENV
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.tools.export_checkpoint import original_server_note
-from DiT4DiT.training import heartbeat, preemption, resources, resume as resumption
+from DiT4DiT.training import heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save_config
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
@@ -53,6 +53,8 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
     # workers, processes that import torch again (a 2-step CPU ZeRO-2 run: 164 CPU-s with it, 44 without; the
     # launcher exports the same). The trainer compiles nothing.
     os.environ.setdefault("TORCH_WARM_POOL", "0")
+    if cfg.trainer.deterministic:
+        use_deterministic_kernels()
     # The process group is made here, with our timeout: InitProcessGroupKwargs would drop a value equal to its own
     # default (600 s, assumed for NCCL), leaving gloo and HCCL at torch's 30 minutes. DeepSpeed's init gets it too.
     PartialState(timeout=collective_timeout(cfg))
@@ -68,6 +70,18 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
         ds_config["gradient_clipping"] = cfg.trainer.gradient_clipping
         make_overlap_safe(ds_config, cfg.trainer.allow_unsafe_zero_overlap)
     return accelerator
+
+
+def use_deterministic_kernels() -> None:
+    """trainer.deterministic: torch's deterministic kernels (torch_npu turns on its deterministic mode with the
+    same call), and the collectives' and cuBLAS's variables where the launcher did not export them, set before
+    the process group starts HCCL/NCCL. An op without a deterministic kernel raises, naming itself."""
+    for variables in DETERMINISTIC_ENV.values():
+        for name, value in variables.items():
+            os.environ.setdefault(name, value)
+    torch.use_deterministic_algorithms(True)
+    log.info("deterministic kernels on (trainer.deterministic): torch.use_deterministic_algorithms(True), %s",
+             ", ".join(f"{n}={os.environ[n]}" for variables in DETERMINISTIC_ENV.values() for n in variables))
 
 
 def collective_timeout(cfg: DictConfig) -> timedelta:
@@ -199,11 +213,18 @@ class Trainer:
             self.logger.flush(done, reduced | lrs | peak_memory_mb(self.accelerator.device) | epoch)
 
     def save_final_model(self) -> None:
-        """Collective: checks that the replicas agree, then writes final_model/pytorch_model.pt."""
-        checksums = replica_weight_checksums(self.accelerator, self.unwrapped)
+        """Collective: writes final_model/pytorch_model.pt, then compares the replicas (replicas.py): ranks that
+        ended with different weights are a loud warning naming them and their tensors, never a lost run."""
+        self.checkpointer.save_final(self.model)
+        if replicas.sharded(self.unwrapped):
+            log.info("replicas not compared: ZeRO-3 keeps each weight once, in shards")
+            return
+        checksums, differing = replicas.compare_replicas(self.accelerator, self.unwrapped)
+        if differing and self.accelerator.is_main_process:
+            log.warning("THE RANKS ENDED WITH DIFFERENT WEIGHTS (a bug, please report it); final_model holds rank 0's "
+                        "weights:\n  %s", "\n  ".join(differing))
         if self.logger is not None:
             self.logger.log({"step": self.settings.max_train_steps, "replica_weight_checksums": checksums})
-        self.checkpointer.save_final(self.model)
 
     def banner(self, training_samples: int) -> None:
         cfg, accelerator = self.cfg, self.accelerator
@@ -284,11 +305,3 @@ def peak_memory_mb(device: torch.device) -> dict[str, float]:
         torch.get_device_module(device).reset_peak_memory_stats(device)
     return stats
 
-
-def replica_weight_checksums(accelerator: Accelerator, model: torch.nn.Module) -> list[float]:
-    """One checksum of the trainable weights per rank; replicas that drifted apart stop the run."""
-    local = torch.stack([p.detach().double().sum() for p in model.parameters() if p.requires_grad]).sum()
-    checksums = accelerator.gather(local.reshape(1).to(accelerator.device)).tolist()
-    if len(set(checksums)) > 1:
-        raise TrainingError(f"the ranks ended with different weights (checksums {checksums}); this is a bug, please report it")
-    return checksums
