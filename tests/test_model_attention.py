@@ -100,3 +100,42 @@ def test_with_torch_npu_loaded_rope_runs_as_npu_rotary_mul_on_device_tensors():
                             cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["0", str(2 * TRANSFORMER_LAYERS), "(2,", f"{LATENT_CHANNELS},", "2,", "8,", "8)"]
+
+
+BINDING_PROBE = """
+import torch, torch_npu
+import torch_npu.onnx  # replaces the attribute torch_npu.npu_rotary_mul with a forward-only Function
+from diffusers.models.embeddings import apply_rotary_emb
+from DiT4DiT.model.modules.cosmos_attention import fused_rotary_mul, use_our_attention
+from DiT4DiT.tools.tiny_cosmos import build_transformer
+from helpers.cosmos_inputs import transformer_inputs
+
+assert fused_rotary_mul() is torch.ops.npu.npu_rotary_mul and torch_npu.npu_rotary_mul is not fused_rotary_mul()
+x = torch.randn(2, 3, 10, 16, requires_grad=True)  # float32: diffusers computes RoPE in float32
+cos, sin = (torch.randn(10, 16, requires_grad=True) for _ in range(2))
+try:
+    torch_npu.npu_rotary_mul(x, cos[None, None], sin[None, None]).sum().backward()
+    attribute = "backward ran"
+except RuntimeError as error:
+    attribute = "no backward"
+# the operator's derivative is diffusers' RoPE's
+ours = torch.autograd.grad(fused_rotary_mul()(x, cos[None, None], sin[None, None]).square().sum(), (x, cos, sin))
+theirs = torch.autograd.grad(apply_rotary_emb(x, (cos, sin), use_real=True, use_real_unbind_dim=-2).square().sum(),
+                             (x, cos, sin))
+gradients_equal = all(torch.allclose(a, b) for a, b in zip(ours, theirs))
+model = build_transformer()
+use_our_attention(model)
+model = model.to("meta")
+model(**transformer_inputs(model.config, device="meta"))[0].square().mean().backward()  # meta stands in for the NPU
+print(attribute, gradients_equal, torch_npu.CALLS["npu_rotary_mul_backward"])
+"""
+
+
+@pytest.mark.slow
+def test_rope_binds_the_operator_with_its_derivative_even_after_torch_npu_onnx():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FAKE_TORCH_NPU), str(ROOT), str(ROOT / "tests")]))
+    result = subprocess.run([sys.executable, "-c", BINDING_PROBE], capture_output=True, text=True, env=env,
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # the attribute has no backward; the operator's gradients equal diffusers' and run for q and k of every block
+    assert result.stdout.split() == ["no", "backward", "True", str(1 + 2 * TRANSFORMER_LAYERS)]

@@ -248,7 +248,8 @@ class Doctor:
         if zero_copy == "1" and self.num_machines > 1:
             return Check(name, "WARN", f"{kind}: TORCH_HCCL_ZERO_COPY=1 on {self.num_machines} nodes; the beta feature is "
                          "validated on one node only", "unset TORCH_HCCL_ZERO_COPY unless you mean to try it")
-        state = "on" if zero_copy == "1" else "off here; scripts/train_8p.sh turns it on for one A3 node"
+        state = ("on: a trial feature of CANN 9.0's HCCL, not for production; A/B it (docs/ascend.md)" if zero_copy == "1"
+                 else "off (scripts/train_8p.sh leaves it off unless --hccl_zero_copy=1 or exported)")
         return Check(name, "PASS", f"{kind}: TORCH_HCCL_ZERO_COPY {state}")
 
     def check_cann(self) -> Check:

@@ -4,9 +4,11 @@ It computes what diffusers' CosmosAttnProcessor2_0 computes, with two difference
 - diffusers repeats K and V along dim 3 by head_dim(q) // head_dim(k/v) (its GQA step); in Cosmos the heads match,
   so the repeat is a copy of K and V by 1. torch_npu requires repeat_interleave outputs under 2**22 elements and
   the robotwin shape makes 9.6 M: we skip it when the factor is 1 and keep diffusers' repeat otherwise.
-- RoPE (rotate-half layout, diffusers' use_real_unbind_dim=-2) runs as torch_npu.npu_rotary_mul on NPU tensors
-  where torch_npu is loaded: one fused kernel instead of several float32 element-wise ones. Elsewhere it is
-  diffusers' apply_rotary_emb. Both compute in float32, as diffusers does.
+- RoPE (rotate-half layout, diffusers' use_real_unbind_dim=-2) runs as the operator torch.ops.npu.npu_rotary_mul
+  on NPU tensors where torch_npu is loaded: one fused kernel instead of several float32 element-wise ones.
+  Elsewhere it is diffusers' apply_rotary_emb. Both compute in float32, as diffusers does. The operator, not the
+  attribute torch_npu.npu_rotary_mul: importing torch_npu.onnx replaces that attribute with an autograd.Function
+  that has no backward; the operator carries its derivative (op-plugin derivatives.yaml).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class CosmosAttnProcessor:
     """CosmosAttnProcessor2_0's math without the no-op K/V repeat, with fused RoPE when `rotary_mul` is given."""
 
     def __init__(self, rotary_mul: Callable | None = None):
-        self.rotary_mul = rotary_mul  # torch_npu.npu_rotary_mul(x, cos, sin): x*cos + rotate_half(x)*sin
+        self.rotary_mul = rotary_mul  # torch.ops.npu.npu_rotary_mul(x, cos, sin): x*cos + rotate_half(x)*sin
 
     def _rope(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         if self.rotary_mul is None or x.device.type == "cpu":  # torch_npu's kernels run on NPU tensors only
@@ -62,11 +64,18 @@ class CosmosAttnProcessor:
         return attn.to_out[1](attn.to_out[0](out))
 
 
+def fused_rotary_mul() -> Callable | None:
+    """torch_npu's fused RoPE as the operator with its derivative, or None where torch_npu is not loaded (the NPU
+    patch or serving's device seam loads it, never this module)."""
+    if "torch_npu" not in sys.modules:
+        return None
+    return getattr(torch.ops.npu, "npu_rotary_mul", None)
+
+
 def use_our_attention(transformer: torch.nn.Module) -> int:
     """Give every attention module of `transformer` that runs diffusers' CosmosAttnProcessor2_0 our processor
     (Attention.set_processor); the image-context CosmosAttention keeps its own. Returns how many were replaced."""
-    torch_npu = sys.modules.get("torch_npu")  # loaded by the NPU patch (or serving's device seam), never here
-    processor = CosmosAttnProcessor(getattr(torch_npu, "npu_rotary_mul", None))
+    processor = CosmosAttnProcessor(fused_rotary_mul())
     replaced = 0
     for module in transformer.modules():
         if isinstance(module, Attention) and isinstance(module.processor, CosmosAttnProcessor2_0):
