@@ -122,56 +122,85 @@ def _mx_patcher_mode() -> str:
     return mode
 
 
-def _enter_mx_patcher(stack: contextlib.ExitStack, mode: str) -> None:
+def _applied_patch_names(built) -> list[str] | None:
+    """The patches that took effect, from the patcher's own records (None where this mx_driving keeps none)."""
+    if hasattr(built, "_collect_all_patches"):  # 2.0: atomic patches, each with its Patch class's name
+        return list(dict.fromkeys(parent for patch, parent in built._collect_all_patches() if patch.is_applied))
+    if hasattr(built, "module_patches"):  # 1.0: patches of the modules that imported
+        return [p.name for patches in built.module_patches.values() for p in patches if getattr(p, "is_applied", False)]
+    return None
+
+
+def _enter_mx_patcher(stack: contextlib.ExitStack, mode: str) -> tuple[str, bool]:
     """Enter mx_driving's default patcher on `stack`: default_patcher (API 2.0) or default_patcher_builder (1.0).
+    Returns (the start-up line: what it applied, or why it did not; whether that is a problem).
 
     lean leaves out its two global torch patches (Tensor indexing, torch.matmul): they put a Python check on
-    every such call and serve no shape this model has; the rest targets mmcv/mmdet/numpy and patches nothing
-    here. DiffusersNPU is not added: it only expands (..., 1, S) attention masks, for diffusers 0.35.1 only, and
-    this model passes none. A patcher that fails to import or apply is a warning; training goes on without it.
+    every such call and serve no shape this model has; the rest targets mmcv/mmdet/numpy, of which only the
+    numpy aliases (np.float, np.int) can apply here. DiffusersNPU is not added: it only expands (..., 1, S)
+    attention masks, for diffusers 0.35.1 only, and this model passes none. A patcher that fails to import or
+    apply is a warning; training goes on without it.
     """
     root = logging.getLogger()
     saved = root.level, root.handlers[:]
+    opp_path = os.environ.get("ASCEND_CUSTOM_OPP_PATH")
     try:
         from mx_driving import patcher
     except Exception as error:  # ImportError, or the driver/CANN error of its compiled extension
-        warnings.warn(f"mx_driving is not importable ({error}); training without its patcher", RuntimeWarning)
-        return
+        return f"mx_driving is not importable ({error}); training without its patcher", True
     finally:  # importing mx_driving calls logging.basicConfig(INFO): the logging set-up stays the trainer's
         root.setLevel(saved[0])
         root.handlers[:] = saved[1]
     try:
         if hasattr(patcher.Patcher, "add"):  # API 2.0 (1.0 exports a Patcher too, without add)
-            built = patcher.default_patcher
+            api, built, left_out = "2.0", patcher.default_patcher, ("tensor_index", "batch_matmul")
             if mode == "lean":
                 built.disable(patcher.TensorIndex, patcher.BatchMatmul)
         else:
-            builder = patcher.default_patcher_builder
+            api, builder, left_out = "1.0", patcher.default_patcher_builder, ("index", "batch_matmul")
             if mode == "lean":
-                builder.disable_patches("index", "batch_matmul")
+                builder.disable_patches(*left_out)
             built = builder.build()
         stack.enter_context(built)  # applies; 1.0 is exited with the body, 2.0 patches for the process
     except Exception as error:
-        warnings.warn(f"the mx_driving patcher ({mode}) failed to apply ({error!r}); training without it",
-                      RuntimeWarning)
+        return f"the mx_driving patcher ({mode}) failed to apply ({error!r}); training without it", True
+    try:
+        version = importlib.metadata.version("mx-driving")
+    except importlib.metadata.PackageNotFoundError:
+        version = "version unknown"
+    applied = _applied_patch_names(built)
+    line = (f"mx_driving patcher ({mode}; mx-driving {version}, API {api}): applied "
+            + ("(names not reported by this mx_driving)" if applied is None else ", ".join(applied) or "nothing"))
+    if mode == "lean":
+        line += f"; left out {', '.join(left_out)}"
+    if os.environ.get("ASCEND_CUSTOM_OPP_PATH") != opp_path:
+        line += f"; importing mx_driving set ASCEND_CUSTOM_OPP_PATH={os.environ.get('ASCEND_CUSTOM_OPP_PATH')}"
+    return line + " (DIT4DIT_MX_PATCHER=off skips it)", False
+
+
+def _apply_mx_patcher(stack: contextlib.ExitStack) -> tuple[str, bool]:
+    """The patcher as DIT4DIT_MX_PATCHER says (lean, default or off): (its start-up line, whether a problem)."""
+    mode = _mx_patcher_mode()
+    if mode == "off":
+        return "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)", False
+    return _enter_mx_patcher(stack, mode)
 
 
 @contextlib.contextmanager
 def _mx_driving_patcher():
-    """Run the body inside mx_driving's patcher as DIT4DIT_MX_PATCHER says: lean, default or off."""
-    mode = _mx_patcher_mode()
+    """Run the body inside mx_driving's patcher; one line says what it applied (rank 0), or warns why not."""
     with contextlib.ExitStack() as stack:
-        if mode == "off":
-            warnings.warn("mx_driving patcher off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)",
-                          RuntimeWarning)
-        else:
-            _enter_mx_patcher(stack, mode)
+        line, problem = _apply_mx_patcher(stack)
+        if problem:
+            warnings.warn(line, RuntimeWarning)
+        elif os.environ.get("RANK", "0") == "0":
+            print(line, file=sys.stderr, flush=True)
         yield
 '''
 
 HELPER_IMPORTS = {
     FRAMEWORK: ("functools", "importlib.util", "sys", "warnings"),
-    TRAIN: ("contextlib", "functools", "importlib.util", "logging", "os", "sys", "warnings"),
+    TRAIN: ("contextlib", "functools", "importlib.metadata", "importlib.util", "logging", "os", "sys", "warnings"),
 }
 ERROR_BASE_IMPORT = "from DiT4DiT.errors import DiT4DiTError"
 
@@ -332,7 +361,8 @@ def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported, error
 
 def _helper_names(rel: str) -> list[str]:
     names = ["_autocast_device", "_npu_autocast"]
-    return names + (["_mx_patcher_mode", "_enter_mx_patcher", "_mx_driving_patcher"] if rel == TRAIN else [])
+    return names + (["_mx_patcher_mode", "_applied_patch_names", "_enter_mx_patcher", "_apply_mx_patcher",
+                     "_mx_driving_patcher"] if rel == TRAIN else [])
 
 
 def _autocast_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:

@@ -101,6 +101,28 @@ def test_patcher_probe_tells_the_generations_apart(fake, api):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fake, env, line", [
+    ("mx_driving_v2", {}, "applied numpy_compat; left out tensor_index, batch_matmul; importing mx_driving set "
+                          "ASCEND_CUSTOM_OPP_PATH="),
+    ("mx_driving_v2", {"DIT4DIT_MX_PATCHER": "default"}, "applied numpy_compat, tensor_index, batch_matmul; importing"),
+    ("mx_driving_v1", {}, "mx_driving patcher (lean; mx-driving version unknown, API 1.0): applied numpy_type; left out "
+                          "index, batch_matmul (DIT4DIT_MX_PATCHER=off skips it)"),
+    ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "off"}, "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off"),
+])
+def test_patcher_probe_names_what_the_trainer_applies(fake, env, line):
+    """The doctor runs the patched trainer's patcher step in a child: mmcv is not installed here, so of the
+    default patcher only the numpy aliases (and, with `default`, the two global torch patches) apply."""
+    from DiT4DiT.doctor.checks import MX_PATCHER_PROBE
+
+    path = os.pathsep.join([str(ROOT / "tests/fakes" / fake), str(ROOT / "tests/fakes/torch_npu")])
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DIT4DIT_")}
+    out = subprocess.run([sys.executable, "-c", MX_PATCHER_PROBE], env={**environment, "PYTHONPATH": path, **env},
+                         capture_output=True, text=True, check=True).stdout
+    found = json.loads(out.splitlines()[-1])
+    assert line in found["line"] and found["problem"] is False
+
+
+@pytest.mark.slow
 def test_python_version_and_nodes_are_reported():
     _, lines = doctor("--config_yaml", str(TINY_YAML), "--num_processes", "2", "--num_machines", "3")
     assert lines["python"].startswith("PASS") and f"Python {sys.version.split()[0]}" in lines["python"]

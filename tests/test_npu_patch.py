@@ -111,14 +111,19 @@ LEAN_V1 = ["default_patcher_builder.disable_patches(index,batch_matmul)", "defau
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fake, mode, calls", [
-    (MX_V2, None, LEAN_V2),
-    (MX_V2, "lean", LEAN_V2),
-    (MX_V2, "default", ["default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat,TensorIndex,BatchMatmul)"]),
-    (MX_V1, None, LEAN_V1),
-    (MX_V1, "default", ["default_patcher_builder.build", "enter", "apply(msda,numpy_type,index,batch_matmul)", "exit"]),
+@pytest.mark.parametrize("fake, mode, calls, applied", [
+    (MX_V2, None, LEAN_V2, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out tensor_index, "
+                           "batch_matmul; importing mx_driving set ASCEND_CUSTOM_OPP_PATH="),
+    (MX_V2, "lean", LEAN_V2, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out"),
+    (MX_V2, "default", ["default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat,TensorIndex,BatchMatmul)"],
+     "(default; mx-driving version unknown, API 2.0): applied numpy_compat, tensor_index, batch_matmul; importing"),
+    (MX_V1, None, LEAN_V1, "(lean; mx-driving version unknown, API 1.0): applied numpy_type; left out index, "
+                           "batch_matmul (DIT4DIT_MX_PATCHER=off skips it)"),
+    (MX_V1, "default", ["default_patcher_builder.build", "enter", "apply(msda,numpy_type,index,batch_matmul)", "exit"],
+     "(default; mx-driving version unknown, API 1.0): applied numpy_type, index, batch_matmul (DIT4DIT_MX_PATCHER"),
 ])
-def test_fixture_entry_with_torch_npu_and_either_patcher_api(zygote, tmp_path, ported_fixture, fake, mode, calls):
+def test_fixture_entry_with_torch_npu_and_either_patcher_api(zygote, tmp_path, ported_fixture, fake, mode, calls,
+                                                             applied):
     env = {"DIT4DIT_MX_PATCHER": mode} if mode else {}
     report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, fake], "--steps", "3", env=env)
     assert report["exit"] == 0, result.stderr
@@ -127,6 +132,9 @@ def test_fixture_entry_with_torch_npu_and_either_patcher_api(zygote, tmp_path, p
     assert report["adamw_fused"] == [True]
     assert report["patcher_calls"] == calls  # the default patcher, entered (and, with 1.0, exited) once
     assert "RuntimeWarning" not in result.stderr
+    # one start-up line names what it applied (mmcv is not installed here: its patch does not apply)
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("mx_driving patcher")]
+    assert applied in line
     # mx_driving's import-time logging.basicConfig(INFO) is undone: the root logger is as Python left it.
     assert report["root_logging"] == ["WARNING", 0]
 
@@ -156,7 +164,8 @@ def test_a_patcher_that_fails_to_apply_is_a_warning(zygote, tmp_path, ported_fix
 def test_environment_variables_turn_the_patcher_off(zygote, tmp_path, ported_fixture, env):
     report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, MX_V2], "--steps", "2", env=env)
     assert report["exit"] == 0 and report["patcher_calls"] is None  # mx_driving is not even imported
-    assert result.stderr.count("RuntimeWarning: mx_driving patcher off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)") == 1
+    assert [line for line in result.stderr.splitlines() if "mx_driving" in line] == [
+        "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)"]
 
 
 @pytest.mark.slow

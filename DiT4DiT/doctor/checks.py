@@ -76,6 +76,17 @@ import json, mx_driving.patcher as p
 print(json.dumps({"has_add": hasattr(getattr(p, "Patcher", None), "add"),
                   "builder": hasattr(p, "default_patcher_builder")}))
 """
+# The patched trainer's own start-up step (the helper scripts/port_to_npu.py puts into train.py), run in a child
+# so its patches die with it: the line the training log will show, and whether it is a problem.
+PORT_TOOL = Path(__file__).resolve().parents[2] / "scripts" / "port_to_npu.py"
+MX_PATCHER_PROBE = f"""
+import contextlib, importlib.metadata, json, logging, os, runpy, sys, warnings
+namespace = dict(globals())
+exec(runpy.run_path({str(PORT_TOOL)!r})["PATCHER_HELPER"], namespace)
+with contextlib.ExitStack() as stack:
+    line, problem = namespace["_apply_mx_patcher"](stack)
+print(json.dumps({{"line": line, "problem": problem}}))
+"""
 
 
 @dataclass(frozen=True)
@@ -368,10 +379,12 @@ class Doctor:
         if api is None:
             return Check(name, "FAIL", f"mx-driving {version}: patcher has neither Patcher nor default_patcher_builder",
                          "pip install mx-driving==26.2.0.post2")
-        usage = "default_patcher" if api == "2.0" else "default_patcher_builder"
-        mode = self.env.get("DIT4DIT_MX_PATCHER", "lean")
-        return Check(name, "PASS", f"mx-driving {version}: patcher API {api} ({usage}); the NPU patch handles both "
-                     f"(DIT4DIT_MX_PATCHER={mode})")
+        applied, error = run_probe(MX_PATCHER_PROBE)
+        if applied is None:
+            return Check(name, "FAIL", f"mx-driving {version}: the patched trainer's patcher step fails: {error}",
+                         "DIT4DIT_MX_PATCHER=lean, default or off")
+        return Check(name, "WARN" if applied["problem"] else "PASS", applied["line"],
+                     "DIT4DIT_MX_PATCHER=off trains without it" if applied["problem"] else "")
 
     def check_npu_processes(self) -> Check:
         name = "npu_processes"

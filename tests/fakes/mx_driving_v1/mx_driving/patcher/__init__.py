@@ -2,12 +2,14 @@
 
 As in the real 1.0 API, `Patcher` has no `add`; entering a patcher applies its module patches
 except the disabled ones (the real one also sets `torch.npu.config.allow_internal_format`), and
-exiting does nothing. `default_patcher_builder` holds the default patches by their 1.0 names: the
+exiting does nothing; a patch whose module does not import is skipped, and each applied one is marked
+`is_applied`, as in the real one. `default_patcher_builder` holds the default patches by their 1.0 names: the
 global torch ones (`index`, `batch_matmul`) and stand-ins for the mmcv / numpy ones. `CALLS`
 records, in order, what was called. FAKE_MX_DRIVING_APPLY_ERROR=1 makes apply() raise, as a
 patch that meets an incompatible library would.
 """
 
+import importlib.util
 import os
 
 CALLS: list[str] = []
@@ -19,6 +21,7 @@ class Patch:
         self.name = func.__name__
         self.options = options or {}
         self.priority = priority
+        self.is_applied = False
 
 
 class Patcher:
@@ -31,6 +34,9 @@ class Patcher:
             raise RuntimeError("fake patch failure")
         names = [p.name for patches in self.module_patches.values() for p in patches if p.name not in self.blacklist]
         CALLS.append(f"apply({','.join(names)})")
+        for module, patches in self.module_patches.items():
+            for patch in patches:
+                patch.is_applied = patch.name in names and importlib.util.find_spec(module) is not None
 
     def __enter__(self):
         CALLS.append("enter")
