@@ -15,8 +15,16 @@ was measured; a failed section is recorded with its error and the next one runs)
   steps         forward + backward + AdamW under bf16 autocast at batch 1, 2, 4: median step time, MFU, peak memory
   repeat        diffusers' repeat_interleave(1, dim=3) of K/V on a tensor over 2**22 elements, forward + backward,
                 against our processor's path (no repeat): same gradient, both timed
-  zero2         with >= 2 devices: one DeepSpeed ZeRO-2 run (3 steps) with overlap_comm on and off, losses and grad
-                norms compared; skipped with a line on 1 device
+  deterministic the steps at batch 1 with torch.use_deterministic_algorithms on and off: the cost of
+                trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this one-device time)
+  rope          the fused RoPE our processor calls on NPU (torch.ops.npu.npu_rotary_mul) against diffusers'
+                apply_rotary_emb at the RoboTwin shape (4, 16, 1176, 128), forward and backward: max errors and
+                times; off NPU our processor's path is diffusers' function itself (compared, said so)
+  checksum      the same weights summed on the device 20 times (float32 and float64, deterministic off and on):
+                identical or not (why the end-of-run replica check compares bytes on the host)
+  zero2         with >= 2 devices: a DeepSpeed ZeRO-2 run (10 steps) with overlap_comm on and off, losses and grad
+                norms compared, in the environment the launcher's plan exports on this host (TASK_QUEUE_ENABLE,
+                HCCL_*, ...); skipped with a line on 1 device (the environment is recorded either way)
 The device comes from DiT4DiT.serving.device.select_device: an NPU where torch_npu loads, else CUDA, else CPU.
 """
 
@@ -47,7 +55,7 @@ from helpers.cosmos_inputs import transformer_inputs  # noqa: E402
 from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
 
 from DiT4DiT.config.schema import load_config  # noqa: E402
-from DiT4DiT.facts import latent_frame_count  # noqa: E402
+from DiT4DiT.facts import DETERMINISTIC_ENV, latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, PipelineShape  # noqa: E402
@@ -65,8 +73,13 @@ PEAK_TFLOPS = (
     ("910_93", 376.0), ("910B", 354.0),
 )
 TOTAL_BUDGET_S = 480
-SECTION_LIMIT_S = {"environment": 30, "build": 120, "flops": 60, "store": 90, "steps": 150, "repeat": 30, "zero2": 120}
-TINY_LIMIT_S = 90  # the whole --tiny run (under a minute on a quiet 2-core CPU)
+# Every section's limit; together they fit the total (tests/test_device_check.py checks the sum).
+SECTION_LIMIT_S = {"environment": 20, "build": 100, "flops": 40, "store": 50, "steps": 100, "deterministic": 40,
+                   "repeat": 15, "rope": 25, "checksum": 20, "zero2": 70}
+ROPE_SHAPE = {"full": (4, 16, 1176, 128), "tiny": (2, 4, 64, 32)}  # (batch, heads, tokens, head_dim)
+CHECKSUM_REPEATS = 20
+ZERO2_STEPS = 10
+TINY_LIMIT_S = 150  # the whole --tiny run (about a minute on a quiet 2-core CPU)
 BATCHES = (1, 2, 4)
 
 
@@ -287,6 +300,119 @@ def repeat(device: torch.device, elements_over: int = 2**22) -> dict:
             "without_ms": round(without * 1e3, 3), "same_gradient": bool(torch.equal(grad_repeat, grad))}
 
 
+def deterministic(state: dict, device: torch.device, count: int) -> dict:
+    """Median step time at batch 1 with deterministic kernels off, then on (trainer.deterministic's torch part)."""
+    model = state["model"]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    examples = make_examples(state["cfg"], batch=1, views=state["views"])
+    times = {}
+    try:
+        for on in (False, True):
+            torch.use_deterministic_algorithms(on)
+            train_step(state, examples, optimizer, device)  # warm-up: kernels chosen for this mode
+            times["on" if on else "off"] = statistics.median(train_step(state, examples, optimizer, device)
+                                                             for _ in range(count))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    return {"step_ms": {k: round(v * 1e3, 2) for k, v in times.items()},
+            "on_over_off": round(times["on"] / times["off"], 3), "steps_measured": count}
+
+
+def _timed(device: torch.device, run) -> tuple[float, object]:
+    bench_model.synchronize(device)
+    start = time.perf_counter()
+    result = run()
+    bench_model.synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def rope(device: torch.device, shape: tuple[int, int, int, int]) -> dict:
+    """Our processor's RoPE (the fused operator where torch_npu is loaded) against diffusers' apply_rotary_emb on
+    the same device: max absolute error of the output and of the input's gradient, and both times."""
+    from diffusers.models.embeddings import apply_rotary_emb
+
+    from DiT4DiT.model.modules.cosmos_attention import CosmosAttnProcessor, fused_rotary_mul
+
+    fused = fused_rotary_mul() if device.type == "npu" else None
+    ours = CosmosAttnProcessor(fused)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=generator).to(device, torch.bfloat16)
+    angles = torch.randn(shape[2], shape[3] // 2, generator=generator).repeat(1, 2).to(device)
+    cos_sin = (angles.cos(), angles.sin())
+    upstream = torch.randn(shape, generator=generator).to(device, torch.bfloat16)
+
+    def forward_backward(function) -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = x.clone().requires_grad_(True)
+        out = function(leaf)
+        (out.float() * upstream.float()).sum().backward()
+        return out.detach().float(), leaf.grad.float()
+
+    def reference(leaf):
+        return apply_rotary_emb(leaf, cos_sin, use_real=True, use_real_unbind_dim=-2)
+
+    forward_backward(reference), forward_backward(lambda leaf: ours._rope(leaf, cos_sin))  # warm-up
+    reference_s, (out_ref, grad_ref) = _timed(device, lambda: forward_backward(reference))
+    ours_s, (out, grad) = _timed(device, lambda: forward_backward(lambda leaf: ours._rope(leaf, cos_sin)))
+    kernel = ("torch.ops.npu.npu_rotary_mul" if fused is not None else
+              "diffusers' apply_rotary_emb: our processor's own path off NPU (no fused kernel on this device)")
+    return {"shape": list(shape), "dtype": "bfloat16 in, float32 inside (as diffusers)", "ours": kernel,
+            "max_abs_error_forward": float((out - out_ref).abs().max()),
+            "max_abs_error_grad": float((grad - grad_ref).abs().max()),
+            "ours_ms": round(ours_s * 1e3, 3), "diffusers_ms": round(reference_s * 1e3, 3)}
+
+
+def checksum(device: torch.device, full_size: bool) -> dict:
+    """The same weights summed on the device CHECKSUM_REPEATS times, as the old end-of-run check did (per tensor,
+    then over tensors): how many distinct totals, per dtype, with deterministic kernels off and on."""
+    generator = torch.Generator().manual_seed(0)
+    count, side = (16, 2048) if full_size else (4, 64)
+    weights = [torch.randn(side, side, generator=generator).to(device, torch.bfloat16) for _ in range(count)]
+    results = {}
+    try:
+        for on in (False, True):
+            torch.use_deterministic_algorithms(on)
+            for dtype in (torch.float32, torch.float64):
+                name = f"{str(dtype).removeprefix('torch.')}, deterministic {'on' if on else 'off'}"
+                try:
+                    totals = {float(torch.stack([w.to(dtype).sum() for w in weights]).sum())
+                              for _ in range(CHECKSUM_REPEATS)}
+                except RuntimeError as error:  # float64 is not on every device
+                    results[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+                    continue
+                results[name] = {"distinct": len(totals), "identical": len(totals) == 1}
+    finally:
+        torch.use_deterministic_algorithms(False)
+    return {"tensors": f"{count} x ({side}, {side}) bfloat16", "repeats": CHECKSUM_REPEATS, "sums": results}
+
+
+def plan_environment() -> dict[str, str | None]:
+    """What the launcher's plan exports on this host (scripts/train_8p.sh's environment): name -> value, None
+    for a variable it unsets; the LD_LIBRARY_PATH prefix joined to the current value."""
+    from DiT4DiT.launch import options, plan as planning
+
+    built = planning.build(options.parse(["--num_processes=2", "--dry-run"], REPO.parent), planning.Facts())
+    exported = {}
+    for setting in built.env.settings.values():
+        if not setting.exported:
+            continue
+        value = setting.value
+        if value is not None and setting.prepend and os.environ.get(setting.name):
+            value = f"{value}:{os.environ[setting.name]}"
+        exported[setting.name] = value
+    return exported
+
+
+def set_environment(values: dict[str, str | None]) -> dict[str, str | None]:
+    """Set (None: unset) these variables in this process; returns what they were, for putting back."""
+    before = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return before
+
+
 def _zero2_worker(rank: int, world: int, port: int, device_type: str, out: str) -> None:
     import deepspeed
 
@@ -309,7 +435,7 @@ def _zero2_worker(rank: int, world: int, port: int, device_type: str, out: str) 
                                           config=config)
         generator = torch.Generator().manual_seed(100 + rank)
         losses, norms = [], []
-        for _ in range(3):
+        for _ in range(ZERO2_STEPS):
             x = torch.randn(4, 2048, generator=generator).to(engine.device, torch.bfloat16)
             loss = engine(x).float().square().mean()
             engine.backward(loss)
@@ -323,10 +449,18 @@ def _zero2_worker(rank: int, world: int, port: int, device_type: str, out: str) 
 
 
 def zero2(device: torch.device, count: int, tmp: Path) -> dict:
+    """The ranks start in the environment the launcher's plan exports on this host (spawned interpreters read it
+    when torch_npu and HCCL start); that environment is recorded in the result, also when skipped."""
+    planned = plan_environment()
     if count < 2:
-        return {"skipped": f"{count} device(s): the overlap_comm comparison needs 2"}
+        return {"skipped": f"{count} device(s): the overlap_comm comparison needs 2", "environment": planned}
     out = tmp / "zero2.json"
-    workers = torch.multiprocessing.spawn(_zero2_worker, args=(2, 29517, device.type, str(out)), nprocs=2, join=False)
+    saved = set_environment(planned)
+    try:
+        workers = torch.multiprocessing.spawn(_zero2_worker, args=(2, 29517, device.type, str(out)), nprocs=2,
+                                              join=False)
+    finally:
+        set_environment(saved)
     try:
         while not workers.join():
             pass
@@ -339,7 +473,7 @@ def zero2(device: torch.device, count: int, tmp: Path) -> dict:
     loss_diff = max(abs(a - b) for a, b in zip(on["losses"], off["losses"]))
     norm_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(on["grad_norms"], off["grad_norms"]))
     return {**runs, "max_loss_diff": loss_diff, "max_grad_norm_rel_diff": norm_diff,
-            "agree": loss_diff < 1e-3 and norm_diff < 1e-3}
+            "agree": loss_diff < 1e-3 and norm_diff < 1e-3, "steps": ZERO2_STEPS, "environment": planned}
 
 
 def print_table(data: dict) -> None:
@@ -370,6 +504,20 @@ def print_table(data: dict) -> None:
     if rep.get("status") == "ok":
         print(f"  repeat_interleave on {rep['elements']} elements: {rep['with_repeat_ms']} ms with, "
               f"{rep['without_ms']} ms without, same gradient {rep['same_gradient']}")
+    det = sections.get("deterministic", {})
+    if det.get("status") == "ok":
+        print(f"  deterministic kernels: step {det['step_ms']['on']} ms on, {det['step_ms']['off']} ms off "
+              f"({det['on_over_off']}x)")
+    rot = sections.get("rope", {})
+    if rot.get("status") == "ok":
+        print(f"  RoPE {tuple(rot['shape'])}, {rot['ours'].split(':')[0]} vs diffusers: max error forward "
+              f"{rot['max_abs_error_forward']:.3g}, grad {rot['max_abs_error_grad']:.3g}; {rot['ours_ms']} ms vs "
+              f"{rot['diffusers_ms']} ms")
+    sums = sections.get("checksum", {})
+    if sums.get("status") == "ok":
+        print(f"  same weights summed {sums['repeats']} times: " + "; ".join(
+            f"{name}: {'identical' if r.get('identical') else r.get('error') or str(r['distinct']) + ' distinct'}"
+            for name, r in sums["sums"].items()))
     z2 = sections.get("zero2", {})
     if z2.get("status") == "ok":
         print(f"  ZeRO-2 overlap_comm on/off: {z2.get('skipped') or 'agree ' + str(z2['agree'])}")
@@ -394,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.tiny:
         torch.set_num_threads(1)
+    # cuBLAS reads its workspace setting once, at first use; deterministic kernels need this one (the value the
+    # launcher exports with trainer.deterministic), so the whole check runs with it on CUDA.
+    os.environ.setdefault(*next(iter(DETERMINISTIC_ENV["cuda"].items())))
     report = Report(args.out, time.monotonic() + (TOTAL_BUDGET_S if args.full_size else TINY_LIMIT_S))
     report.data["size"] = "full-size (random weights)" if args.full_size else "tiny"
     limits = SECTION_LIMIT_S if args.full_size else {name: TINY_LIMIT_S for name in SECTION_LIMIT_S}
@@ -405,11 +556,15 @@ def main(argv: list[str] | None = None) -> int:
             report.run("flops", limits["flops"], flops, state, device)
             report.run("store", limits["store"], store, state, device, 4 if args.full_size else 2)
             report.run("steps", limits["steps"], steps, state, device, peak, 5 if args.full_size else 2)
+            report.run("deterministic", limits["deterministic"], deterministic, state, device,
+                       5 if args.full_size else 2)
         state.clear()  # the model's memory back before the last two sections
         gc.collect()
         if device.type != "cpu":
             getattr(torch, device.type).empty_cache()
         report.run("repeat", limits["repeat"], repeat, device)
+        report.run("rope", limits["rope"], rope, device, ROPE_SHAPE["full" if args.full_size else "tiny"])
+        report.run("checksum", limits["checksum"], checksum, device, args.full_size)
         report.run("zero2", limits["zero2"], zero2, device, env.get("device_count", 1), Path(tmp))
     print_table(report.data)
     print(f"\nwrote {args.out}")
