@@ -476,6 +476,25 @@ def zero2(device: torch.device, count: int, tmp: Path) -> dict:
             "agree": loss_diff < 1e-3 and norm_diff < 1e-3, "steps": ZERO2_STEPS, "environment": planned}
 
 
+def deterministic_line(det: dict) -> str:
+    return f"deterministic kernels: step {det['step_ms']['on']} ms on, {det['step_ms']['off']} ms off ({det['on_over_off']}x)"
+
+
+def rope_line(rot: dict) -> str:
+    return (f"RoPE {tuple(rot['shape'])}, {rot['ours'].split(':')[0]} vs diffusers: max error forward "
+            f"{rot['max_abs_error_forward']:.3g}, grad {rot['max_abs_error_grad']:.3g}; {rot['ours_ms']} ms vs "
+            f"{rot['diffusers_ms']} ms")
+
+
+def checksum_line(sums: dict) -> str:
+    return f"same weights summed {sums['repeats']} times: " + "; ".join(
+        f"{name}: {'identical' if r.get('identical') else r.get('error') or str(r['distinct']) + ' distinct'}"
+        for name, r in sums["sums"].items())
+
+
+SUMMARY_LINES = {"deterministic": deterministic_line, "rope": rope_line, "checksum": checksum_line}
+
+
 def print_table(data: dict) -> None:
     sections = data["sections"]
     env = sections.get("environment", {})
@@ -504,20 +523,9 @@ def print_table(data: dict) -> None:
     if rep.get("status") == "ok":
         print(f"  repeat_interleave on {rep['elements']} elements: {rep['with_repeat_ms']} ms with, "
               f"{rep['without_ms']} ms without, same gradient {rep['same_gradient']}")
-    det = sections.get("deterministic", {})
-    if det.get("status") == "ok":
-        print(f"  deterministic kernels: step {det['step_ms']['on']} ms on, {det['step_ms']['off']} ms off "
-              f"({det['on_over_off']}x)")
-    rot = sections.get("rope", {})
-    if rot.get("status") == "ok":
-        print(f"  RoPE {tuple(rot['shape'])}, {rot['ours'].split(':')[0]} vs diffusers: max error forward "
-              f"{rot['max_abs_error_forward']:.3g}, grad {rot['max_abs_error_grad']:.3g}; {rot['ours_ms']} ms vs "
-              f"{rot['diffusers_ms']} ms")
-    sums = sections.get("checksum", {})
-    if sums.get("status") == "ok":
-        print(f"  same weights summed {sums['repeats']} times: " + "; ".join(
-            f"{name}: {'identical' if r.get('identical') else r.get('error') or str(r['distinct']) + ' distinct'}"
-            for name, r in sums["sums"].items()))
+    for name, line in SUMMARY_LINES.items():
+        if sections.get(name, {}).get("status") == "ok":
+            print(f"  {line(sections[name])}")
     z2 = sections.get("zero2", {})
     if z2.get("status") == "ok":
         print(f"  ZeRO-2 overlap_comm on/off: {z2.get('skipped') or 'agree ' + str(z2['agree'])}")
