@@ -25,7 +25,7 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     """A hash of the tensor's bytes on the host (its dtype and shape included, so a reshaped copy differs)."""
     host = tensor.detach().cpu().contiguous().reshape(-1)
     digest = hashlib.blake2b(f"{host.dtype}{tuple(tensor.shape)}".encode(), digest_size=DIGEST_BYTES)
-    digest.update(host.view(torch.uint8).numpy().tobytes())
+    digest.update(host.view(torch.uint8).numpy())  # the buffer itself, not a copy
     return digest.hexdigest()
 
 
