@@ -379,6 +379,9 @@ class Doctor:
         if api is None:
             return Check(name, "FAIL", f"mx-driving {version}: patcher has neither Patcher nor default_patcher_builder",
                          "pip install mx-driving==26.2.0.post2")
+        if not PORT_TOOL.is_file():  # an install without the repository's scripts/
+            return Check(name, "PASS", f"mx-driving {version}: patcher API {api}; the patches it applies are not "
+                         f"listed here ({PORT_TOOL} is missing); the training log's first lines name them")
         applied, error = run_probe(MX_PATCHER_PROBE)
         if applied is None:
             return Check(name, "FAIL", f"mx-driving {version}: the patched trainer's patcher step fails: {error}",
