@@ -133,6 +133,10 @@ def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
             if dataset.statistics()[tag] != saved[tag]:
                 log.warning("the data now gives other statistics for '%s' than %s (files changed on disk); the saved "
                             "ones stay in use", tag, path)
+            # The constructor a fresh start uses (key widths place sin/cos pairs); a file that names no modes or
+            # widths (an older trainer's) keeps those of the current data config.
             dataset.normalizers[tag] = tuple(
-                Normalizer(saved[tag][part].get("normalization", normalizer.modes.tolist()), saved[tag][part])
+                Normalizer.from_statistics(saved[tag][part],
+                                           modes=saved[tag][part].get("normalization", normalizer.modes.tolist()),
+                                           key_widths=saved[tag][part].get("key_widths", normalizer.key_widths))
                 for part, normalizer in zip(("state", "action"), current))
