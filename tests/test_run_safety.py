@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -267,3 +268,62 @@ def test_a_forged_only_state_is_a_resume_error_naming_the_file(tmp_path):
     with pytest.raises(ckpt.ResumeError, match=r"states refused: steps_10_training_state: .*rng_rank0\.pt: refused by "
                                                r"torch\.load\(weights_only=True\)"):
         checkpointer.find(weights_only_fallback=False)
+
+
+# --- DeepSpeed's files: probed and loaded with the weights-only unpickler ---------------------------------
+
+class _Payload:
+    """A pickle that touches `marker` when unpickled by anything but the weights-only unpickler."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+DEEPSPEED_FILES = ("deepspeed/mp_rank_00_model_states.pt", "deepspeed/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+
+
+@pytest.mark.parametrize("name", DEEPSPEED_FILES)
+def test_a_forged_deepspeed_file_is_refused_and_its_payload_never_runs(tmp_path, name):
+    from accelerate import Accelerator
+
+    marker = tmp_path / "payload-ran"
+    state = published_state(tmp_path / "checkpoints", 10)
+    (state / "deepspeed").mkdir()
+    torch.save({"module": _Payload(marker)}, state / name)
+    trainer_state = ckpt.read_trainer_state(state)
+    trainer_state[ckpt.MANIFEST][name] = ckpt.file_digest(state / name)  # the forged manifest entry
+    (state / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+
+    (problem,) = ckpt.verify_share(state, 0, 1)
+    assert problem.startswith(f"{state / name}: refused by torch.load(weights_only=True)") and "\n" not in problem
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    with pytest.raises(ckpt.ResumeError, match=re.escape(name) + r": refused by torch\.load"):
+        checkpointer.find(weights_only_fallback=False)
+    assert not marker.exists()
+
+
+def test_deepspeeds_own_loader_runs_with_the_weights_only_unpickler(tmp_path):
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    marker, planted = tmp_path / "payload-ran", tmp_path / "planted.pt"
+    torch.save({"optimizer_state_dict": _Payload(marker)}, planted)
+    # What a ZeRO-2 optimizer state holds besides tensors (DeepSpeed 0.16).
+    genuine = {"loss_scaler": LossScaler(1.0), "zero_stage": ZeroStageEnum.gradients,
+               "param_slice_mappings": [{"w": fragment_address(numel=4, start=0)}], "state": torch.ones(4)}
+    torch.save(genuine, tmp_path / "genuine.pt")
+    engine = TorchCheckpointEngine()
+    with ckpt.weights_only_loads(ckpt.deepspeed_types()):
+        with pytest.raises(pickle.UnpicklingError):
+            engine.load(str(planted), map_location="cpu")  # DeepSpeed passes weights_only=False
+        loaded = engine.load(str(tmp_path / "genuine.pt"), map_location="cpu")
+    assert not marker.exists()
+    assert loaded["zero_stage"] == ZeroStageEnum.gradients and loaded["param_slice_mappings"][0]["w"].numel == 4
+    assert loaded["loss_scaler"].cur_scale == 1.0 and ckpt.FORCE_WEIGHTS_ONLY not in os.environ
+    engine.load(str(planted), map_location="cpu")  # the control: outside, DeepSpeed's load runs the payload
+    assert marker.exists()

@@ -14,13 +14,15 @@ model; the functions below it are the file formats it is made of.
 
 Integrity: a training state's completion marker (trainer_state.json) lists every file of the state and its
 weights file with size and sha256. Resume verifies them before anything is loaded, so a file this trainer did
-not write (or one cut short or altered since) is never unpickled; DeepSpeed's own loader needs pickle. The
-files this trainer writes itself are also opened with torch.load(weights_only=True, mmap=True) (the pickle is
-read, the tensors are not), so a state whose manifest was forged to match a planted pickle is refused too.
+not write (or one cut short or altered since) is never unpickled. Every .pt file of the state, DeepSpeed's
+included, is also opened with torch.load(weights_only=True, mmap=True) (the pickle is read, the tensors are not),
+so a state whose manifest was forged to match a planted pickle is refused too; DeepSpeed's own loader then runs
+with torch's weights-only unpickler forced on, allowing the few DeepSpeed types its states hold (DEEPSPEED_TYPES).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -51,7 +53,12 @@ _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest"
 HASH_CHUNK = 16 * 2**20
-DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed, with pickle)
+DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed)
+# The non-torch types DeepSpeed 0.16's ZeRO-2/3 states pickle (found with torch.serialization's
+# get_unsafe_globals_in_checkpoint on states of our runs): plain records, rebuilt from their fields.
+DEEPSPEED_TYPES = ("deepspeed.runtime.zero.config:ZeroStageEnum", "deepspeed.utils.tensor_fragment:fragment_address",
+                   "deepspeed.runtime.fp16.loss_scaler:LossScaler", "deepspeed.runtime.fp16.loss_scaler:DynamicLossScaler")
+FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"  # torch.load reads it on every call, over weights_only=False
 _WEIGHTS_FILE = re.compile(r"^steps_(\d+)_pytorch_model\.pt$")
 
 
@@ -136,7 +143,8 @@ class Checkpointer:
     def restore(self, state: Path, model, optimizer, scheduler) -> None:
         """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
         if self.deepspeed:
-            model.load_checkpoint(str(state), tag=DEEPSPEED_TAG, load_module_strict=False)
+            with weights_only_loads(deepspeed_types()):
+                model.load_checkpoint(str(state), tag=DEEPSPEED_TAG, load_module_strict=False)
         else:
             optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
         scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
@@ -339,15 +347,44 @@ def verify_share(state: Path, rank: int, world: int) -> list[str]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the manifest says {expected['size']}")
         elif file_digest(path)["sha256"] != expected["sha256"]:
             problems.append(f"{path}: sha256 differs from the manifest")
-        elif path.suffix == ".pt" and not name.startswith(DEEPSPEED_TAG + "/") and (refusal := tensor_file_refusal(path)):
+        elif path.suffix == ".pt" and (refusal := tensor_file_refusal(path, name.startswith(DEEPSPEED_TAG + "/"))):
             problems.append(f"{path}: {refusal}")
     return problems
 
 
-def tensor_file_refusal(path: Path) -> str | None:
-    """Why torch.load(weights_only=True) refuses `path`, or None. Memory-mapped: only the pickle is read."""
+def deepspeed_types() -> list[type]:
+    """DEEPSPEED_TYPES, imported (only where a state holds DeepSpeed files: importing deepspeed takes seconds)."""
+    import importlib
+
+    found = []
+    for spec in DEEPSPEED_TYPES:
+        module, name = spec.split(":")
+        found.append(getattr(importlib.import_module(module), name))
+    return found
+
+
+@contextlib.contextmanager
+def weights_only_loads(allowed: list[type]):
+    """Every torch.load in the block uses the weights-only unpickler (also where a library passes weights_only=False),
+    with `allowed` types besides torch's own."""
+    before = os.environ.get(FORCE_WEIGHTS_ONLY)
+    os.environ[FORCE_WEIGHTS_ONLY] = "1"
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with torch.serialization.safe_globals(allowed):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(FORCE_WEIGHTS_ONLY, None)
+        else:
+            os.environ[FORCE_WEIGHTS_ONLY] = before
+
+
+def tensor_file_refusal(path: Path, deepspeed: bool = False) -> str | None:
+    """Why torch.load(weights_only=True) refuses `path` (a DeepSpeed file: with its types allowed), or None.
+    Memory-mapped: only the pickle is read."""
+    try:
+        with torch.serialization.safe_globals(deepspeed_types() if deepspeed else []):
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({first[:120]})"
