@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from DiT4DiT.dataloader.errors import DataError
 from helpers.cli_runs import descendants, kill_tree
 from helpers.fixtures_data import snapshot
 from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
@@ -252,3 +253,31 @@ def test_a_second_run_with_the_same_run_id_is_kept_out(tiny_pipeline_dir, tiny_r
         # training its 200 steps beside the rest of the suite.
         kill_tree(first.pid)
         first.wait()
+
+
+# --- a data worker's error -------------------------------------------------------------------------------
+
+def test_a_video_corrupted_mid_run_ends_the_run_with_the_workers_message(tiny_pipeline_dir, writable_task, tmp_path):
+    """Two DataLoader workers; a worker raising DataError reaches the trainer, which exits with that line and the
+    error's status, its workers gone (they ignore SIGTERM: before, the trainer hung in its exit-time join)."""
+    command = trainer_command(tiny_pipeline_dir, writable_task.parent, tmp_path, "corrupted", "--trainer.max_train_steps=500",
+                              "--trainer.save_interval=1000", "--trainer.logging_frequency=1",
+                              "--datasets.vla_data.data_mix=robotwin_task1", "--datasets.vla_data.num_workers=2")
+    command = [sys.executable, "DiT4DiT/training/train.py", *command[command.index("--config_yaml"):]]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=stderr,
+                                   start_new_session=True)
+    try:
+        wait_for_step(tmp_path / "corrupted", 2, process)
+        for video in writable_task.rglob("*.mp4"):  # the container header: no frame decodes any more
+            with open(video, "r+b") as handle:
+                handle.write(b"\0" * 2048)
+        code = process.wait(timeout=300)
+    finally:
+        kill_tree(process.pid)
+    lines = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert code == DataError.exit_code, lines[-20:]
+    assert lines[-1].startswith(f"DataError: {writable_task}/videos/") and "cannot be decoded" in lines[-1], lines[-5:]
+    assert not [line for line in lines if "Traceback" in line or "DataLoader worker" in line]
+    with pytest.raises(ProcessLookupError):  # no worker left in the trainer's session
+        os.killpg(process.pid, 0)
