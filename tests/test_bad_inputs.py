@@ -106,6 +106,32 @@ MODEL_FOLDER_ROWS = [
 ]
 
 
+def _garbage(name):
+    return lambda tmp: (tmp / name).write_bytes(b"not a checkpoint\n" * 64)
+
+
+def _weights(tmp):
+    import torch
+
+    torch.save({"action_model.no_such.weight": torch.zeros(2)}, tmp / "weights.pt")
+
+
+# Checks made once the data and the model are built (the tiny pipeline and tiny RoboTwin data): before, they fired
+# after config.yaml and dataset_statistics.json were written, and the folder refused a fresh start and a resume.
+LATE_ROWS = [
+    BadInput("learning rate for a module the model lacks", ("--trainer.learning_rate.no_such_module=1e-3",), 2,
+             ("trainer.learning_rate.no_such_module", "the model has no module 'no_such_module'")),
+    BadInput("freezing a module the model lacks", ("--trainer.freeze_modules=backbone_interface.no_such",), 2,
+             ("trainer.freeze_modules", "no module 'backbone_interface.no_such'")),
+    BadInput("reloading a module the checkpoint lacks", ("--trainer.pretrained_checkpoint={tmp}/weights.pt",
+             "--trainer.reload_modules=backbone_interface"), 2,
+             ("trainer.reload_modules", "weights.pt holds no weights under ['backbone_interface']"), _weights),
+    BadInput("framework not registered", ("--framework.name=QwenGR00T",), 2, ("framework.name", "QwenGR00T")),
+    BadInput("garbage pretrained checkpoint", ("--trainer.pretrained_checkpoint={tmp}/weights.pt",), 2,
+             ("trainer.pretrained_checkpoint", "weights.pt is not a weights file"), _garbage("weights.pt")),
+]
+
+
 @pytest.mark.parametrize("case", ROWS, ids=str)
 def test_a_bad_input_is_one_line_and_nothing_is_written(case, tmp_path, capsys):
     check_bad_input(case, tmp_path, capsys)
@@ -122,3 +148,9 @@ def test_a_good_run_id_is_the_run_folder():
 
     cfg = load_config("DiT4DiT/config/tiny/dit4dit_tiny.yaml", ["run_root_dir=/tmp/runs", "run_id=my_run.v2"])
     assert cfg.output_dir == "/tmp/runs/my_run.v2"
+
+
+@pytest.mark.parametrize("case", LATE_ROWS, ids=str)
+def test_a_check_made_once_the_model_is_built_writes_nothing(case, tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
+                                                              capsys):
+    check_bad_input(case, tmp_path, capsys, base_model=tiny_pipeline_dir, data_root=tiny_robotwin_root)

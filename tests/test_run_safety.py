@@ -327,3 +327,30 @@ def test_deepspeeds_own_loader_runs_with_the_weights_only_unpickler(tmp_path):
     assert loaded["loss_scaler"].cur_scale == 1.0 and ckpt.FORCE_WEIGHTS_ONLY not in os.environ
     engine.load(str(planted), map_location="cpu")  # the control: outside, DeepSpeed's load runs the payload
     assert marker.exists()
+
+
+# --- a start that never trained --------------------------------------------------------------------------
+
+def test_a_folder_with_only_set_up_files_is_reclaimed_with_a_line(tmp_path, caplog):
+    """What a start stopped during set-up (SIGTERM, a late error) leaves: its config, its statistics, a stale lock."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in run_dir.SETUP_FILES:
+        (run / name).write_text("{}\n")
+    (run / "train.log").write_text("=== launcher log\n")
+    (run / run_dir.LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "started": "x"}))
+    with caplog.at_level(logging.WARNING):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=False).release()
+    assert f"{run} holds only the set-up files of a start that never trained (config.yaml, dataset_statistics.json" \
+        in caplog.text and "reclaimed for this run" in caplog.text
+    assert sorted(p.name for p in run.iterdir()) == ["train.log"]
+
+
+def test_set_up_files_beside_metrics_are_a_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in (*run_dir.SETUP_FILES, "metrics.jsonl"):
+        (run / name).write_text("{}\n")
+    with pytest.raises(run_dir.RunDirError, match="already holds a run"):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=False)
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "dataset_statistics.json", "metrics.jsonl"]

@@ -43,6 +43,7 @@ from accelerate.utils import DistributedType, broadcast_object_list, gather_obje
 from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT import atomic_files
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.errors import DiT4DiTError, TrainingError
 from DiT4DiT.training.unwrap import full_state_dict
 
@@ -254,8 +255,18 @@ def save_weights(state_dict: dict[str, torch.Tensor], path: Path) -> None:
     atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load_weights(path: Path, setting: str = "trainer.pretrained_checkpoint") -> dict[str, torch.Tensor]:
+    """A weights file ({name: tensor}); one that is not (garbage, another format) is a ConfigError naming `setting`,
+    the key that pointed at it."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        raise ConfigError(f"{setting}: {path} is not a weights file ({_first_line(error)}); point it at a "
+                          "steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"{setting}: {path} holds a {type(state).__name__}, not a dict of tensors; point it at a "
+                          "steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run")
+    return state
 
 
 def weights_path(checkpoints_dir: Path, step: int) -> Path:
@@ -386,9 +397,13 @@ def tensor_file_refusal(path: Path, deepspeed: bool = False) -> str | None:
         with torch.serialization.safe_globals(deepspeed_types() if deepspeed else []):
             torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({first[:120]})"
+        return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({_first_line(error)})"
     return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:120] if text else type(error).__name__
 
 
 def discard_partial(staging: Path) -> None:
