@@ -47,6 +47,12 @@ def _link_outside(tmp):
     os.symlink(tmp / "outside", tmp / "runs" / "escape")
 
 
+def _mixture_naming_twice(tmp):
+    (tmp / "set/meta").mkdir(parents=True)
+    (tmp / "set/meta/info.json").write_text("{}")
+    (tmp / "mix.yaml").write_text("- {path: set, weight: 1.0}\n- {path: ./set/, weight: 0.5}\n")
+
+
 ROWS = [
     BadInput("run id going up", ("--run_id=../escaped_run",), 2, ("run_id '../escaped_run'", "'/'", "one path component")),
     BadInput("run id dot", ("--run_id=.",), 2, ("run_id '.'", "one path component")),
@@ -64,6 +70,9 @@ ROWS = [
              ("trainer.lr_scheduler_type", "'cosine_with_minlr' is not one of", "did you mean 'cosine_with_min_lr'")),
     BadInput("scheduler that needs a metric", ("--trainer.lr_scheduler_type=reduce_lr_on_plateau",), 2,
              ("trainer.lr_scheduler_type", "is not one of")),
+    BadInput("mixture file naming a dataset twice", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml, entries 1 and 2", "both name the dataset", "give it once", "1 + 0.5 = 1.5"),
+             _mixture_naming_twice),
     BadInput("seed too large", ("--seed=4294967296",), 2, ("seed", "at most 4294967295")),
     BadInput("cache dir is a file", ("--datasets.vla_data.cache_dir={tmp}/cache",), 2,
              ("datasets.vla_data.cache_dir", "cache' is a file", "point it at a folder"), _file("cache")),

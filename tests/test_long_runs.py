@@ -195,6 +195,22 @@ def test_resume_refuses_a_changed_batch_size_unless_allowed(six_steps, tiny_pipe
     assert allowed.returncode == 0, allowed.stderr[-3000:]
 
 
+def test_resume_without_config_yaml_says_how_to_restore_it(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    run = copy_run(six_steps, tmp_path, "no_config")
+    (run / "config.yaml").unlink()
+    before = snapshot(run)
+    refused = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "no_config", *COMMON,
+                               "--trainer.is_resume=true", "--trainer.max_train_steps=7")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    restore = f"cp {run}/checkpoints/steps_6_training_state/config.yaml {run}/config.yaml"
+    assert f"ResumeError: {run}/config.yaml is missing" in refused.stderr and restore in refused.stderr
+    assert snapshot(run) == before
+    subprocess.run(restore.split(), check=True)
+    resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "no_config", *COMMON,
+                               "--trainer.is_resume=true", "--trainer.max_train_steps=7")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
 def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     """A run dir with only steps_N_pytorch_model.pt (what the original DiT4DiT leaves): continue from step N."""
     (tmp_path / "original/checkpoints").mkdir(parents=True)
@@ -206,6 +222,7 @@ def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_d
     assert "WEIGHTS-ONLY RESUME from" in result.stderr and "step 4" in result.stderr
     rates = lambda run: [(r["step"], r["learning_rate/action_model"]) for r in metrics(run) if "total_loss" in r]
     assert rates(tmp_path / "original") == rates(six_steps)[4:]  # the schedule was fast-forwarded to step 4
+    assert (tmp_path / "original/config.yaml").is_file()  # the run folder is complete (the server reads it)
 
 
 # --- run directory ---------------------------------------------------------------------------------------

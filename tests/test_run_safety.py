@@ -354,3 +354,54 @@ def test_set_up_files_beside_metrics_are_a_run(tmp_path):
     with pytest.raises(run_dir.RunDirError, match="already holds a run"):
         run_dir.claim_run_dir(run, is_resume=False, move_aside=False)
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "dataset_statistics.json", "metrics.jsonl"]
+
+
+# --- trainer_state.json: its own fields are checked ------------------------------------------------------
+
+def _edit_trainer_state(**fields):
+    def edit(state: Path) -> None:
+        trainer_state = ckpt.read_trainer_state(state)
+        trainer_state.update(fields)
+        (state / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+    return edit
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (_edit_trainer_state(step=30), r"trainer_state\.json: step 30, but the folder is step 20"),
+    (_edit_trainer_state(weights="steps_10_pytorch_model.pt"),
+     r"weights 'steps_10_pytorch_model\.pt', but a state's weights are steps_20_pytorch_model\.pt beside it"),
+    (_edit_trainer_state(weights="/etc/passwd"), r"weights '/etc/passwd', but a state's weights are"),
+    (_edit_trainer_state(weights="../../outside.pt"), r"weights '\.\./\.\./outside\.pt', but"),
+    (_edit_trainer_state(num_processes=2), r"trainer_state\.json: edited since it was written"),
+], ids=["step", "older weights", "absolute weights", "weights outside the run dir", "process count"])
+def test_an_edited_trainer_state_is_refused_and_the_previous_state_used(tmp_path, edit, problem):
+    from accelerate import Accelerator
+
+    checkpoints = tmp_path / "checkpoints"
+    older, newer = published_state(checkpoints, 10), published_state(checkpoints, 20)
+    trainer_state = ckpt.read_trainer_state(newer)
+    trainer_state[ckpt.OWN_DIGEST] = ckpt.own_digest(trainer_state)  # as Checkpointer.save writes it
+    (newer / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+    assert ckpt.verify_share(newer, 0, 1) == []
+    edit(newer)
+    problems = ckpt.verify_share(newer, 0, 1)
+    assert any(re.search(problem, p) for p in problems), problems
+    found = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2).find(weights_only_fallback=False)
+    assert (found.step, found.state, found.weights) == (10, older, checkpoints / "steps_10_pytorch_model.pt")
+
+
+# --- a dataset is never a run dir ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, words", [
+    ("root/set", "is a dataset"), ("root/set/runs/one", "is inside the dataset"), ("root", "holds the dataset"),
+])
+def test_a_run_dir_in_or_over_a_dataset_is_refused_and_nothing_written(tmp_path, where, words):
+    dataset = tmp_path / "root" / "set"
+    (dataset / "meta").mkdir(parents=True)
+    (dataset / "meta/info.json").write_text("{}")
+    before = sorted(tmp_path.rglob("*"))
+    run = tmp_path / where
+    with pytest.raises(run_dir.RunDirError, match=f"run dir {re.escape(str(run))} {words}.*nothing was written.*"
+                                                  "--run_root_dir"):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=True)
+    assert sorted(tmp_path.rglob("*")) == before

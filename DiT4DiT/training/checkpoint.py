@@ -53,6 +53,8 @@ STATE_SUFFIX = "_training_state"
 _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest"
+OWN_DIGEST = "sha256"  # of trainer_state.json's other fields: the manifest covers the file that holds it
+CONFIG = "config.yaml"
 HASH_CHUNK = 16 * 2**20
 DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed)
 # The non-torch types DeepSpeed 0.16's ZeRO-2/3 states pickle (found with torch.serialization's
@@ -176,6 +178,8 @@ class Checkpointer:
         else:
             main_only["optimizer"] = optimizer if is_main else None
         save_rank_state(staging, accelerator.process_index, accelerator.device, **main_only)
+        if is_main and (self.run_dir / CONFIG).is_file():  # a copy to restore config.yaml from (in the manifest)
+            shutil.copyfile(self.run_dir / CONFIG, staging / CONFIG)
         accelerator.wait_for_everyone()
         # Every rank hashes a share of the files (the list comes from the main process, so all hash the same list).
         names = broadcast_object_list([manifest_names(staging, weights) if is_main else None])[0]
@@ -183,6 +187,7 @@ class Checkpointer:
         if is_main:
             trainer_state = {"step": step, "weights": weights.name, "num_processes": accelerator.num_processes,
                              MANIFEST: {name: digest for share in shares for name, digest in share.items()}}
+            trainer_state[OWN_DIGEST] = own_digest(trainer_state)
             publish_state(checkpoints_dir, step, trainer_state, keep_last=self.keep_last)
         accelerator.wait_for_everyone()
         return self.state_dir(step)
@@ -348,6 +353,7 @@ def verify_share(state: Path, rank: int, world: int) -> list[str]:
         return [f"{state / TRAINER_STATE}: no readable manifest (not written by this trainer, or cut off)"]
     problems = []
     if rank == 0:
+        problems += trainer_state_problems(state, read_trainer_state(state))
         present = {str(p.relative_to(state)) for p in state.rglob("*") if p.is_file() and p.name != TRAINER_STATE}
         problems += [f"{state / name}: not in the manifest" for name in sorted(present - set(manifest))]
     for name in sorted(manifest)[rank::world]:
@@ -360,6 +366,27 @@ def verify_share(state: Path, rank: int, world: int) -> list[str]:
             problems.append(f"{path}: sha256 differs from the manifest")
         elif path.suffix == ".pt" and (refusal := tensor_file_refusal(path, name.startswith(DEEPSPEED_TAG + "/"))):
             problems.append(f"{path}: {refusal}")
+    return problems
+
+
+def own_digest(trainer_state: dict) -> str:
+    fields = {k: v for k, v in trainer_state.items() if k != OWN_DIGEST}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def trainer_state_problems(state: Path, trainer_state: dict) -> list[str]:
+    """The marker's own fields: its step is its folder's, its weights the sibling file of that step (never a path
+    elsewhere), and nothing changed since it was written (states of older trainers have no digest)."""
+    path, step = state / TRAINER_STATE, int(_STATE_DIR.match(state.name).group(1))
+    problems = []
+    if trainer_state.get("step") != step:
+        problems.append(f"{path}: step {trainer_state.get('step')!r}, but the folder is step {step}")
+    expected = weights_path(state.parent, step).name
+    if trainer_state.get("weights") != expected:
+        problems.append(f"{path}: weights {trainer_state.get('weights')!r}, but a state's weights are {expected} "
+                        "beside it")
+    if OWN_DIGEST in trainer_state and trainer_state[OWN_DIGEST] != own_digest(trainer_state):
+        problems.append(f"{path}: edited since it was written (its sha256 differs)")
     return problems
 
 

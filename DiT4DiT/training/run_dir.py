@@ -18,6 +18,7 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
+from DiT4DiT.dataloader.mixtures import is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
 log = logging.getLogger(__name__)
@@ -174,12 +175,25 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     return removed
 
 
+def check_not_a_dataset(run_dir: Path) -> None:
+    """Datasets are read-only inputs: a run dir that is one, lies inside one, or holds one is refused (a run would
+    be written into the dataset, and --trainer.move_old_run would move the dataset away)."""
+    inside = next((p for p in [run_dir, *run_dir.parents] if is_dataset(p)), None)
+    held = [] if inside or not run_dir.is_dir() else [p for p in run_dir.iterdir() if is_dataset(p)]
+    if inside is not None or held:
+        what = f"is inside the dataset {inside}" if inside is not None and inside != run_dir else (
+            "is a dataset" if inside is not None else f"holds the dataset {held[0]}")
+        raise RunDirError(f"run dir {run_dir} {what} (meta/info.json); nothing was written. Datasets are read-only "
+                          "inputs: point --run_root_dir at a folder outside the data")
+
+
 def claim_run_dir(run_dir: Path, is_resume: bool, move_aside: bool) -> RunLock:
     """Main process, before writing anything: take the lock, check the folder, clean up after a killed run.
 
     The refusals are checked once before the lock file is created, so a refused start leaves the folder
     untouched, and again under the lock, where no other run can change the answer.
     """
+    check_not_a_dataset(run_dir)
     holder = _read_lock(run_dir / LOCK_FILE)
     if holder is not None and not _is_stale(holder):
         raise RunDirError(_in_use_message(run_dir, holder))

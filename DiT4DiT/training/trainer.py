@@ -90,7 +90,7 @@ class Trainer:
         self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(cfg), settings.keep_last_states)
         resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
         if resume:
-            resumption.check_config_unchanged(cfg, self.run_dir, resume.num_processes, world)
+            resumption.check_config_unchanged(cfg, self.run_dir, resume, world)
         self.start_step = resume.step if resume else 0
 
         # Data: the same initial weights on every rank (per-rank randomness is seeded further down). Both splits
@@ -112,6 +112,7 @@ class Trainer:
         self.scheduler = build_lr_scheduler(optimizer, settings)
         if not resume and is_main:  # after every check of the config: a refused start writes nothing
             save_dataset_statistics(train_set.statistics(), statistics)
+        if is_main and not (self.run_dir / "config.yaml").is_file():  # fresh, or weights only from a folder without
             save_config(recorded_config(cfg), self.run_dir / "config.yaml")
         self.model, self.optimizer = accelerator.prepare(model, optimizer)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
