@@ -20,6 +20,22 @@ import torch
 from omegaconf import OmegaConf
 
 ORIGINAL_ENV = "DIT4DIT_ORIGINAL"
+ORIGINAL_YAMLS = ["libero/dit4dit_libero.yaml", "robocasa/dit4dit_robocasa_gr1.yaml", "real_robot/dit4dit_g1.yaml"]
+OUR_YAMLS = ["robotwin/dit4dit_robotwin.yaml"]
+MODEL_KEYS = ("--framework.", "--trainer.freeze_modules")
+# The tiny model's sizes, for a config written for the 2B model (widths stay as the config has them).
+TINY_MODEL = [
+    "--framework.cosmos25.torch_dtype=float32", "--framework.cosmos25.extract_layer=2",
+    "--framework.cosmos25.max_sequence_length=64", "--framework.cosmos25.vl_hidden_dim=32",
+    "--framework.action_model.hidden_size=64", "--framework.action_model.diffusion_model_cfg.cross_attention_dim=32",
+    "--framework.action_model.diffusion_model_cfg.num_layers=2", "--framework.action_model.diffusion_model_cfg.output_dim=64",
+    "--framework.action_model.diffusion_model_cfg.num_attention_heads=2",
+    "--framework.action_model.diffusion_model_cfg.attention_head_dim=16",
+    "--trainer.freeze_modules=backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae",
+    "--trainer.mixed_precision='no'", "--trainer.max_train_steps=2", "--trainer.save_interval=2",
+    "--trainer.num_warmup_steps=1", "--trainer.logging_frequency=1", "--datasets.vla_data.image_size=32", "--datasets.vla_data.per_device_batch_size=2",
+    "--datasets.vla_data.num_workers=0", "--datasets.vla_data.holdout_episodes=0", "--trackers=[jsonl]",
+]
 # Read without a default by the original's framework, backbone interface and action head when they are built.
 ORIGINAL_READS = (
     "framework.name",
