@@ -298,3 +298,24 @@ def test_a_video_corrupted_mid_run_ends_the_run_with_the_workers_message(tiny_pi
     assert not [line for line in lines if "Traceback" in line or "DataLoader worker" in line]
     with pytest.raises(ProcessLookupError):  # no worker left in the trainer's session
         os.killpg(process.pid, 0)
+
+
+# --- a start stopped during set-up -----------------------------------------------------------------------
+
+def test_sigterm_during_set_up_leaves_a_folder_the_next_start_takes(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    command = trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "set_up", "--trainer.max_train_steps=500")
+    command = [sys.executable, "DiT4DiT/training/train.py", *command[command.index("--config_yaml"):]]
+    process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    lock = tmp_path / "set_up/run.lock"
+    deadline = time.monotonic() + 300
+    while not lock.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGTERM)  # the data and the model are still being built
+    assert process.wait(timeout=300) == -signal.SIGTERM
+    assert not list((tmp_path / "set_up").glob("checkpoints/*")) and not (tmp_path / "set_up/metrics.jsonl").exists()
+
+    again = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "set_up", *COMMON,
+                             "--trainer.max_train_steps=2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "taking over the stale lock" in again.stderr
