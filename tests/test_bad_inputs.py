@@ -47,6 +47,12 @@ def _link_outside(tmp):
     os.symlink(tmp / "outside", tmp / "runs" / "escape")
 
 
+def _mixture_naming_twice(tmp):
+    (tmp / "set/meta").mkdir(parents=True)
+    (tmp / "set/meta/info.json").write_text("{}")
+    (tmp / "mix.yaml").write_text("- {path: set, weight: 1.0}\n- {path: ./set/, weight: 0.5}\n")
+
+
 ROWS = [
     BadInput("run id going up", ("--run_id=../escaped_run",), 2, ("run_id '../escaped_run'", "'/'", "one path component")),
     BadInput("run id dot", ("--run_id=.",), 2, ("run_id '.'", "one path component")),
@@ -64,6 +70,9 @@ ROWS = [
              ("trainer.lr_scheduler_type", "'cosine_with_minlr' is not one of", "did you mean 'cosine_with_min_lr'")),
     BadInput("scheduler that needs a metric", ("--trainer.lr_scheduler_type=reduce_lr_on_plateau",), 2,
              ("trainer.lr_scheduler_type", "is not one of")),
+    BadInput("mixture file naming a dataset twice", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml, entries 1 and 2", "both name the dataset", "give it once", "1 + 0.5 = 1.5"),
+             _mixture_naming_twice),
     BadInput("seed too large", ("--seed=4294967296",), 2, ("seed", "at most 4294967295")),
     BadInput("cache dir is a file", ("--datasets.vla_data.cache_dir={tmp}/cache",), 2,
              ("datasets.vla_data.cache_dir", "cache' is a file", "point it at a folder"), _file("cache")),
@@ -106,6 +115,32 @@ MODEL_FOLDER_ROWS = [
 ]
 
 
+def _garbage(name):
+    return lambda tmp: (tmp / name).write_bytes(b"not a checkpoint\n" * 64)
+
+
+def _weights(tmp):
+    import torch
+
+    torch.save({"action_model.no_such.weight": torch.zeros(2)}, tmp / "weights.pt")
+
+
+# Checks made once the data and the model are built (the tiny pipeline and tiny RoboTwin data): before, they fired
+# after config.yaml and dataset_statistics.json were written, and the folder refused a fresh start and a resume.
+LATE_ROWS = [
+    BadInput("learning rate for a module the model lacks", ("--trainer.learning_rate.no_such_module=1e-3",), 2,
+             ("trainer.learning_rate.no_such_module", "the model has no module 'no_such_module'")),
+    BadInput("freezing a module the model lacks", ("--trainer.freeze_modules=backbone_interface.no_such",), 2,
+             ("trainer.freeze_modules", "no module 'backbone_interface.no_such'")),
+    BadInput("reloading a module the checkpoint lacks", ("--trainer.pretrained_checkpoint={tmp}/weights.pt",
+             "--trainer.reload_modules=backbone_interface"), 2,
+             ("trainer.reload_modules", "weights.pt holds no weights under ['backbone_interface']"), _weights),
+    BadInput("framework not registered", ("--framework.name=QwenGR00T",), 2, ("framework.name", "QwenGR00T")),
+    BadInput("garbage pretrained checkpoint", ("--trainer.pretrained_checkpoint={tmp}/weights.pt",), 2,
+             ("trainer.pretrained_checkpoint", "weights.pt is not a weights file"), _garbage("weights.pt")),
+]
+
+
 @pytest.mark.parametrize("case", ROWS, ids=str)
 def test_a_bad_input_is_one_line_and_nothing_is_written(case, tmp_path, capsys):
     check_bad_input(case, tmp_path, capsys)
@@ -122,3 +157,9 @@ def test_a_good_run_id_is_the_run_folder():
 
     cfg = load_config("DiT4DiT/config/tiny/dit4dit_tiny.yaml", ["run_root_dir=/tmp/runs", "run_id=my_run.v2"])
     assert cfg.output_dir == "/tmp/runs/my_run.v2"
+
+
+@pytest.mark.parametrize("case", LATE_ROWS, ids=str)
+def test_a_check_made_once_the_model_is_built_writes_nothing(case, tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
+                                                              capsys):
+    check_bad_input(case, tmp_path, capsys, base_model=tiny_pipeline_dir, data_root=tiny_robotwin_root)

@@ -20,6 +20,7 @@ from DiT4DiT.model.framework.share_tools import get_action_stats, read_mode_conf
 from DiT4DiT.tools.export_checkpoint import export_full_checkpoint
 from helpers.fixtures_model import make_examples
 from helpers.in_process import call_main
+from helpers.original_loading import ORIGINAL_YAMLS, OUR_YAMLS, TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 # What the tiny config freezes, so what its checkpoints leave out (they reload from the base snapshot).
@@ -161,3 +162,18 @@ def test_export_command_refuses_to_overwrite_and_names_a_missing_run_file(traine
     missing = run(str(checkpoint), "--out", str(tmp_path / "new.pt"))
     assert missing.returncode == 2 and "Missing `dataset_statistics.json`" in missing.stderr
     assert not (tmp_path / "new.pt").exists()
+
+
+@pytest.mark.parametrize("yaml_name", [*ORIGINAL_YAMLS, *OUR_YAMLS])
+def test_the_originals_run_folder_of_each_shipped_yaml_loads_here(yaml_name, tiny_pipeline_dir, tmp_path):
+    """The other direction: the folder the original writes for this YAML (its keys as given, read-but-unused ones
+    included; every weight) loads through our from_pretrained, strictly."""
+    tiny = [o[2:] for o in TINY_MODEL if o.startswith("--framework.")]
+    config = OmegaConf.merge(OmegaConf.load(REPO / "DiT4DiT/config" / yaml_name), OmegaConf.from_dotlist(
+        [*tiny, f"framework.cosmos25.base_model={tiny_pipeline_dir}", "trainer.pretrained_checkpoint=null"]))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/config.yaml").write_text(OmegaConf.to_yaml(config))
+    torch.manual_seed(0)
+    model = build_framework(load_config(tmp_path / "run/config.yaml"))
+    checkpoint = _write_run(tmp_path / "run", None, model.state_dict(), OmegaConf.to_container(config))
+    _assert_same(DiT4DiT.from_pretrained(checkpoint).state_dict(), model.state_dict())

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from DiT4DiT.dataloader.errors import DataError
 from helpers.cli_runs import descendants, kill_tree
 from helpers.fixtures_data import snapshot
 from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
@@ -194,6 +195,22 @@ def test_resume_refuses_a_changed_batch_size_unless_allowed(six_steps, tiny_pipe
     assert allowed.returncode == 0, allowed.stderr[-3000:]
 
 
+def test_resume_without_config_yaml_says_how_to_restore_it(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    run = copy_run(six_steps, tmp_path, "no_config")
+    (run / "config.yaml").unlink()
+    before = snapshot(run)
+    refused = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "no_config", *COMMON,
+                               "--trainer.is_resume=true", "--trainer.max_train_steps=7")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    restore = f"cp {run}/checkpoints/steps_6_training_state/config.yaml {run}/config.yaml"
+    assert f"ResumeError: {run}/config.yaml is missing" in refused.stderr and restore in refused.stderr
+    assert snapshot(run) == before
+    subprocess.run(restore.split(), check=True)
+    resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "no_config", *COMMON,
+                               "--trainer.is_resume=true", "--trainer.max_train_steps=7")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
 def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
     """A run dir with only steps_N_pytorch_model.pt (what the original DiT4DiT leaves): continue from step N."""
     (tmp_path / "original/checkpoints").mkdir(parents=True)
@@ -205,6 +222,7 @@ def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_d
     assert "WEIGHTS-ONLY RESUME from" in result.stderr and "step 4" in result.stderr
     rates = lambda run: [(r["step"], r["learning_rate/action_model"]) for r in metrics(run) if "total_loss" in r]
     assert rates(tmp_path / "original") == rates(six_steps)[4:]  # the schedule was fast-forwarded to step 4
+    assert (tmp_path / "original/config.yaml").is_file()  # the run folder is complete (the server reads it)
 
 
 # --- run directory ---------------------------------------------------------------------------------------
@@ -273,3 +291,52 @@ def test_deterministic_key_turns_on_torchs_deterministic_kernels(tiny_pipeline_d
             "HCCL_DETERMINISTIC=true, CUBLAS_WORKSPACE_CONFIG=:4096:8") in result.stderr
     assert (os.environ["HCCL_DETERMINISTIC"], os.environ["CUBLAS_WORKSPACE_CONFIG"]) == ("true", ":4096:8")
     assert (tmp_path / "deterministic/final_model/pytorch_model.pt").is_file()
+
+
+# --- a data worker's error -------------------------------------------------------------------------------
+
+def test_a_video_corrupted_mid_run_ends_the_run_with_the_workers_message(tiny_pipeline_dir, writable_task, tmp_path):
+    """Two DataLoader workers; a worker raising DataError reaches the trainer, which exits with that line and the
+    error's status, its workers gone (they ignore SIGTERM: before, the trainer hung in its exit-time join)."""
+    command = trainer_command(tiny_pipeline_dir, writable_task.parent, tmp_path, "corrupted", "--trainer.max_train_steps=500",
+                              "--trainer.save_interval=1000", "--trainer.logging_frequency=1",
+                              "--datasets.vla_data.data_mix=robotwin_task1", "--datasets.vla_data.num_workers=2")
+    command = [sys.executable, "DiT4DiT/training/train.py", *command[command.index("--config_yaml"):]]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=stderr,
+                                   start_new_session=True)
+    try:
+        wait_for_step(tmp_path / "corrupted", 2, process)
+        for video in writable_task.rglob("*.mp4"):  # the container header: no frame decodes any more
+            with open(video, "r+b") as handle:
+                handle.write(b"\0" * 2048)
+        code = process.wait(timeout=300)
+    finally:
+        kill_tree(process.pid)
+    lines = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert code == DataError.exit_code, lines[-20:]
+    assert lines[-1].startswith(f"DataError: {writable_task}/videos/") and "cannot be decoded" in lines[-1], lines[-5:]
+    assert not [line for line in lines if "Traceback" in line or "DataLoader worker" in line]
+    with pytest.raises(ProcessLookupError):  # no worker left in the trainer's session
+        os.killpg(process.pid, 0)
+
+
+# --- a start stopped during set-up -----------------------------------------------------------------------
+
+def test_sigterm_during_set_up_leaves_a_folder_the_next_start_takes(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    command = trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "set_up", "--trainer.max_train_steps=500")
+    command = [sys.executable, "DiT4DiT/training/train.py", *command[command.index("--config_yaml"):]]
+    process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    lock = tmp_path / "set_up/run.lock"
+    deadline = time.monotonic() + 300
+    while not lock.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGTERM)  # the data and the model are still being built
+    assert process.wait(timeout=300) == -signal.SIGTERM
+    assert not list((tmp_path / "set_up").glob("checkpoints/*")) and not (tmp_path / "set_up/metrics.jsonl").exists()
+
+    again = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "set_up", *COMMON,
+                             "--trainer.max_train_steps=2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "taking over the stale lock" in again.stderr

@@ -183,3 +183,39 @@ def test_two_processes_encode_each_instruction_once_and_reuse_the_store(tmp_path
     again = launch_fill(tmp_path / "store", tmp_path / "again", processes=2)
     assert [(r["report_encoded"], r["encoded_here"]) for r in again] == [(0, []), (0, [])]
     assert again[0]["lookup_sum"] == first[0]["lookup_sum"]
+
+
+def _written_store(tmp_path) -> tuple[PromptStore, Path]:
+    store = PromptStore(tmp_path / "store", "encoder-x", 4, torch.bfloat16)
+    store.write("pick the cup", torch.arange(12, dtype=torch.float32).reshape(4, 3))
+    return store, store.path("pick the cup")
+
+
+def _other_numbers(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-8:] = torch.full((4,), 7.0, dtype=torch.bfloat16).view(torch.uint8).numpy().tobytes()  # finite, same size
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, words", [
+    (_other_numbers, "its sha256 differs from the one it was written with"),
+    (lambda path: path.write_bytes(path.read_bytes()[:-6]), "mmap length is greater than file size"),
+    (Path.unlink, "No such file or directory"),
+], ids=["other finite numbers", "cut short", "deleted"])
+def test_an_embedding_changed_after_it_was_checked_stops_the_run(tmp_path, damage, words):
+    store, path = _written_store(tmp_path)
+    assert store.has("pick the cup")  # located and checked (as at start-up), not mapped yet
+    damage(path)
+    with pytest.raises(PromptStoreError) as raised:
+        store.embedding("pick the cup")
+    message = str(raised.value)
+    assert message.startswith(f"{path}: the prompt store's embedding of 'pick the cup' changed after it was written")
+    assert words in message and "delete the file and start again" in message and "\n" not in message
+
+
+def test_an_embedding_is_mapped_as_written_and_checked_once(tmp_path):
+    store, path = _written_store(tmp_path)
+    assert torch.equal(store.embedding("pick the cup").float(), torch.arange(12, dtype=torch.float32).reshape(4, 3))
+    assert "pick the cup" in store._verified
+    metadata = json.loads(path.read_bytes()[8:8 + int.from_bytes(path.read_bytes()[:8], "little")])["__metadata__"]
+    assert len(metadata["sha256"]) == 64

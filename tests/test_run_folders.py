@@ -272,14 +272,16 @@ def test_actions_are_in_robot_units_for_each_family(mixture, tiny_pipeline_dir, 
 
 
 def test_resume_takes_a_recorded_dit_size_and_a_null_one_as_the_same(tmp_path):
+    from DiT4DiT.training.checkpoint import Resume
     from DiT4DiT.training.resume import ResumeError, check_config_unchanged
 
+    weights_only = Resume(4, tmp_path / "checkpoints/steps_4_pytorch_model.pt", None, None)
     cfg = load_config(REPO / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml")
     assert cfg.framework.action_model.diffusion_model_cfg.num_attention_heads is None
     for written in (recorded_config(cfg), cfg):  # ours now, and a run folder written before sizes were recorded
         (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(written))
-        check_config_unchanged(cfg, tmp_path, None, 1)
+        check_config_unchanged(cfg, tmp_path, weights_only, 1)
     larger = load_config(REPO / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml",
                          ["framework.action_model.action_model_type=DiT-L"])
     with pytest.raises(ResumeError, match="num_attention_heads: 12 -> 32"):
-        check_config_unchanged(larger, tmp_path, None, 1)
+        check_config_unchanged(larger, tmp_path, weights_only, 1)

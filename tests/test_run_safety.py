@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -267,3 +268,140 @@ def test_a_forged_only_state_is_a_resume_error_naming_the_file(tmp_path):
     with pytest.raises(ckpt.ResumeError, match=r"states refused: steps_10_training_state: .*rng_rank0\.pt: refused by "
                                                r"torch\.load\(weights_only=True\)"):
         checkpointer.find(weights_only_fallback=False)
+
+
+# --- DeepSpeed's files: probed and loaded with the weights-only unpickler ---------------------------------
+
+class _Payload:
+    """A pickle that touches `marker` when unpickled by anything but the weights-only unpickler."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+DEEPSPEED_FILES = ("deepspeed/mp_rank_00_model_states.pt", "deepspeed/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+
+
+@pytest.mark.parametrize("name", DEEPSPEED_FILES)
+def test_a_forged_deepspeed_file_is_refused_and_its_payload_never_runs(tmp_path, name):
+    from accelerate import Accelerator
+
+    marker = tmp_path / "payload-ran"
+    state = published_state(tmp_path / "checkpoints", 10)
+    (state / "deepspeed").mkdir()
+    torch.save({"module": _Payload(marker)}, state / name)
+    trainer_state = ckpt.read_trainer_state(state)
+    trainer_state[ckpt.MANIFEST][name] = ckpt.file_digest(state / name)  # the forged manifest entry
+    (state / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+
+    (problem,) = ckpt.verify_share(state, 0, 1)
+    assert problem.startswith(f"{state / name}: refused by torch.load(weights_only=True)") and "\n" not in problem
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    with pytest.raises(ckpt.ResumeError, match=re.escape(name) + r": refused by torch\.load"):
+        checkpointer.find(weights_only_fallback=False)
+    assert not marker.exists()
+
+
+def test_deepspeeds_own_loader_runs_with_the_weights_only_unpickler(tmp_path):
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    marker, planted = tmp_path / "payload-ran", tmp_path / "planted.pt"
+    torch.save({"optimizer_state_dict": _Payload(marker)}, planted)
+    # What a ZeRO-2 optimizer state holds besides tensors (DeepSpeed 0.16).
+    genuine = {"loss_scaler": LossScaler(1.0), "zero_stage": ZeroStageEnum.gradients,
+               "param_slice_mappings": [{"w": fragment_address(numel=4, start=0)}], "state": torch.ones(4)}
+    torch.save(genuine, tmp_path / "genuine.pt")
+    engine = TorchCheckpointEngine()
+    with ckpt.weights_only_loads(ckpt.deepspeed_types()):
+        with pytest.raises(pickle.UnpicklingError):
+            engine.load(str(planted), map_location="cpu")  # DeepSpeed passes weights_only=False
+        loaded = engine.load(str(tmp_path / "genuine.pt"), map_location="cpu")
+    assert not marker.exists()
+    assert loaded["zero_stage"] == ZeroStageEnum.gradients and loaded["param_slice_mappings"][0]["w"].numel == 4
+    assert loaded["loss_scaler"].cur_scale == 1.0 and ckpt.FORCE_WEIGHTS_ONLY not in os.environ
+    engine.load(str(planted), map_location="cpu")  # the control: outside, DeepSpeed's load runs the payload
+    assert marker.exists()
+
+
+# --- a start that never trained --------------------------------------------------------------------------
+
+def test_a_folder_with_only_set_up_files_is_reclaimed_with_a_line(tmp_path, caplog):
+    """What a start stopped during set-up (SIGTERM, a late error) leaves: its config, its statistics, a stale lock."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in run_dir.SETUP_FILES:
+        (run / name).write_text("{}\n")
+    (run / "train.log").write_text("=== launcher log\n")
+    (run / run_dir.LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "started": "x"}))
+    with caplog.at_level(logging.WARNING):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=False).release()
+    assert f"{run} holds only the set-up files of a start that never trained (config.yaml, dataset_statistics.json" \
+        in caplog.text and "reclaimed for this run" in caplog.text
+    assert sorted(p.name for p in run.iterdir()) == ["train.log"]
+
+
+def test_set_up_files_beside_metrics_are_a_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in (*run_dir.SETUP_FILES, "metrics.jsonl"):
+        (run / name).write_text("{}\n")
+    with pytest.raises(run_dir.RunDirError, match="already holds a run"):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=False)
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "dataset_statistics.json", "metrics.jsonl"]
+
+
+# --- trainer_state.json: its own fields are checked ------------------------------------------------------
+
+def _edit_trainer_state(**fields):
+    def edit(state: Path) -> None:
+        trainer_state = ckpt.read_trainer_state(state)
+        trainer_state.update(fields)
+        (state / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+    return edit
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (_edit_trainer_state(step=30), r"trainer_state\.json: step 30, but the folder is step 20"),
+    (_edit_trainer_state(weights="steps_10_pytorch_model.pt"),
+     r"weights 'steps_10_pytorch_model\.pt', but a state's weights are steps_20_pytorch_model\.pt beside it"),
+    (_edit_trainer_state(weights="/etc/passwd"), r"weights '/etc/passwd', but a state's weights are"),
+    (_edit_trainer_state(weights="../../outside.pt"), r"weights '\.\./\.\./outside\.pt', but"),
+    (_edit_trainer_state(num_processes=2), r"trainer_state\.json: edited since it was written"),
+], ids=["step", "older weights", "absolute weights", "weights outside the run dir", "process count"])
+def test_an_edited_trainer_state_is_refused_and_the_previous_state_used(tmp_path, edit, problem):
+    from accelerate import Accelerator
+
+    checkpoints = tmp_path / "checkpoints"
+    older, newer = published_state(checkpoints, 10), published_state(checkpoints, 20)
+    trainer_state = ckpt.read_trainer_state(newer)
+    trainer_state[ckpt.OWN_DIGEST] = ckpt.own_digest(trainer_state)  # as Checkpointer.save writes it
+    (newer / ckpt.TRAINER_STATE).write_text(json.dumps(trainer_state))
+    assert ckpt.verify_share(newer, 0, 1) == []
+    edit(newer)
+    problems = ckpt.verify_share(newer, 0, 1)
+    assert any(re.search(problem, p) for p in problems), problems
+    found = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2).find(weights_only_fallback=False)
+    assert (found.step, found.state, found.weights) == (10, older, checkpoints / "steps_10_pytorch_model.pt")
+
+
+# --- a dataset is never a run dir ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, words", [
+    ("root/set", "is a dataset"), ("root/set/runs/one", "is inside the dataset"), ("root", "holds the dataset"),
+])
+def test_a_run_dir_in_or_over_a_dataset_is_refused_and_nothing_written(tmp_path, where, words):
+    dataset = tmp_path / "root" / "set"
+    (dataset / "meta").mkdir(parents=True)
+    (dataset / "meta/info.json").write_text("{}")
+    before = sorted(tmp_path.rglob("*"))
+    run = tmp_path / where
+    with pytest.raises(run_dir.RunDirError, match=f"run dir {re.escape(str(run))} {words}.*nothing was written.*"
+                                                  "--run_root_dir"):
+        run_dir.claim_run_dir(run, is_resume=False, move_aside=True)
+    assert sorted(tmp_path.rglob("*")) == before

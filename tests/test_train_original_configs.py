@@ -15,8 +15,10 @@ import torch
 
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
+from DiT4DiT.tools.export_checkpoint import export_full_checkpoint
 from DiT4DiT.tools.tiny_dataset import generate
 from DiT4DiT.training.train import main
+from helpers.original_loading import ORIGINAL_YAMLS, OUR_YAMLS, TINY_MODEL, load_as_the_original
 
 pytestmark = pytest.mark.slow  # each test trains two steps in-process (seconds each, fifteen of them)
 
@@ -28,19 +30,6 @@ for _name, _entries in DATASET_NAMED_MIXTURES.items():
     for _entry in _entries:
         FIRST_MIXTURE.setdefault(_entry.data_config, _name)
 TRAINABLE = sorted(set(FIRST_MIXTURE) & set(DATA_CONFIGS))
-# The tiny model's sizes, for a config written for the 2B model (widths stay as the config has them).
-TINY_MODEL = [
-    "--framework.cosmos25.torch_dtype=float32", "--framework.cosmos25.extract_layer=2",
-    "--framework.cosmos25.max_sequence_length=64", "--framework.cosmos25.vl_hidden_dim=32",
-    "--framework.action_model.hidden_size=64", "--framework.action_model.diffusion_model_cfg.cross_attention_dim=32",
-    "--framework.action_model.diffusion_model_cfg.num_layers=2", "--framework.action_model.diffusion_model_cfg.output_dim=64",
-    "--framework.action_model.diffusion_model_cfg.num_attention_heads=2",
-    "--framework.action_model.diffusion_model_cfg.attention_head_dim=16",
-    "--trainer.freeze_modules=backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae",
-    "--trainer.mixed_precision='no'", "--trainer.max_train_steps=2", "--trainer.save_interval=2",
-    "--trainer.num_warmup_steps=1", "--trainer.logging_frequency=1", "--datasets.vla_data.image_size=32", "--datasets.vla_data.per_device_batch_size=2",
-    "--datasets.vla_data.num_workers=0", "--datasets.vla_data.holdout_episodes=0", "--trackers=[jsonl]",
-]
 
 
 def test_every_data_config_but_droid_is_named_by_a_mixture():
@@ -78,12 +67,11 @@ def test_data_config_trains_two_steps(data_config, tiny_pipeline_dir, tmp_path, 
     assert DATA_CONFIGS[data_config].embodiment_tag in stats
 
 
-ORIGINAL_YAMLS = ["libero/dit4dit_libero.yaml", "robocasa/dit4dit_robocasa_gr1.yaml", "real_robot/dit4dit_g1.yaml"]
-
-
-@pytest.mark.parametrize("yaml_name", ORIGINAL_YAMLS)
-def test_original_yaml_trains_two_steps(yaml_name, tiny_pipeline_dir, tmp_path, one_torch_thread):
-    """The original's file as it is (2B sizes, flash_attention_2, image_size [224, 224]), the model made tiny."""
+@pytest.mark.parametrize("yaml_name", [*ORIGINAL_YAMLS, *OUR_YAMLS])
+def test_shipped_yaml_trains_two_steps_and_its_run_loads_in_the_original(yaml_name, tiny_pipeline_dir, tmp_path,
+                                                                          one_torch_thread):
+    """The file as it is (2B sizes, flash_attention_2, image_size [224, 224]), the model made tiny; the run folder,
+    exported, loads through the original's from_pretrained (tests/helpers/original_loading.py)."""
     from omegaconf import OmegaConf
 
     config = OmegaConf.load(REPO / "DiT4DiT/config" / yaml_name)
@@ -97,3 +85,8 @@ def test_original_yaml_trains_two_steps(yaml_name, tiny_pipeline_dir, tmp_path, 
     _check_run(tmp_path / "runs/run", code)
     weights = torch.load(tmp_path / "runs/run/final_model/pytorch_model.pt", weights_only=True)
     assert weights["action_model.action_decoder.layer2.weight"].shape[0] == vla.max_action_dim
+    full = export_full_checkpoint(tmp_path / "runs/run/final_model/pytorch_model.pt",
+                                  tmp_path / "runs/run/final_model/full_pytorch_model.pt")
+    loaded = load_as_the_original(full)
+    if loaded is not None:  # the stand-in (the original's own code runs in its own process)
+        assert all(torch.equal(loaded.state_dict()[k], w) for k, w in weights.items())

@@ -220,14 +220,19 @@ UNUSED_BY_THE_ORIGINAL = (
     "trainer.resume_step",
     "trainer.enable_gradient_checkpointing",
     "trainer.enable_mixed_precision_training",
-    # Read by nobody here either: the snapshot is a local folder, the action head has no past actions and only
-    # ada_norm blocks, there is one data loader family, and each dataset's meta/info.json gives its layout.
-    "framework.cosmos25.revision",
-    "framework.action_model.past_action_window_size",
-    "framework.action_model.diffusion_model_cfg.norm_type",
-    "datasets.vla_data.dataset_py",
+    # Read by the original with a default, not here: each dataset's meta/info.json gives its layout.
     "datasets.vla_data.lerobot_version",
 )
+# Keys the original's code reads and ours does not (the snapshot is a local folder, the action head has no past
+# actions and only ada_norm blocks, there is one data loader family): accepted, dropped at load, and written into
+# a run's config.yaml with the value in use here, which is the original's default, so the original's
+# from_pretrained and training read every key they ask for (it fails on a missing one).
+RECORDED_FOR_THE_ORIGINAL = {
+    "framework.cosmos25.revision": "diffusers/base/post-trained",
+    "framework.action_model.past_action_window_size": 0,
+    "framework.action_model.diffusion_model_cfg.norm_type": "ada_norm",
+    "datasets.vla_data.dataset_py": "lerobot_datasets",
+}
 # The original's launch scripts pass framework keys under this prefix; the original then ignores them.
 MISPLACED_PREFIX = "trainer."
 
@@ -293,6 +298,8 @@ def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
             continue
         elif path in UNUSED_BY_THE_ORIGINAL or path.startswith(tuple(p + "." for p in UNUSED_BY_THE_ORIGINAL)):
             unused.append(path)
+            _drop(container, path)
+        elif path in RECORDED_FOR_THE_ORIGINAL:
             _drop(container, path)
         elif path.startswith(MISPLACED_PREFIX) and path[len(MISPLACED_PREFIX):] in KNOWN_KEYS:
             misplaced.append(path)

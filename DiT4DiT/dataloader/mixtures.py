@@ -141,7 +141,16 @@ def _mixture_file(path: Path, data_config: str) -> list[MixtureEntry]:
                           "{path, weight, data_config}") from exc
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{path}: a mixture file is a non-empty YAML list of {{path, weight, data_config}} entries")
-    return [_file_entry(item, number, path, data_config) for number, item in enumerate(items, start=1)]
+    entries = [_file_entry(item, number, path, data_config) for number, item in enumerate(items, start=1)]
+    first = {}
+    for number, entry in enumerate(entries, start=1):
+        if entry.dataset in first:
+            earlier = entries[first[entry.dataset] - 1]
+            raise ConfigError(f"{path}, entries {first[entry.dataset]} and {number}: both name the dataset "
+                              f"{entry.dataset}; give it once (weight {earlier.weight:g} + {entry.weight:g} = "
+                              f"{earlier.weight + entry.weight:g} samples it as both do)")
+        first[entry.dataset] = number
+    return entries
 
 
 def resolve_data_mix(data_mix: str, data_config: str = "auto") -> list[MixtureEntry]:

@@ -14,13 +14,15 @@ model; the functions below it are the file formats it is made of.
 
 Integrity: a training state's completion marker (trainer_state.json) lists every file of the state and its
 weights file with size and sha256. Resume verifies them before anything is loaded, so a file this trainer did
-not write (or one cut short or altered since) is never unpickled; DeepSpeed's own loader needs pickle. The
-files this trainer writes itself are also opened with torch.load(weights_only=True, mmap=True) (the pickle is
-read, the tensors are not), so a state whose manifest was forged to match a planted pickle is refused too.
+not write (or one cut short or altered since) is never unpickled. Every .pt file of the state, DeepSpeed's
+included, is also opened with torch.load(weights_only=True, mmap=True) (the pickle is read, the tensors are not),
+so a state whose manifest was forged to match a planted pickle is refused too; DeepSpeed's own loader then runs
+with torch's weights-only unpickler forced on, allowing the few DeepSpeed types its states hold (DEEPSPEED_TYPES).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -41,6 +43,7 @@ from accelerate.utils import DistributedType, broadcast_object_list, gather_obje
 from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT import atomic_files
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.errors import DiT4DiTError, TrainingError
 from DiT4DiT.training.unwrap import full_state_dict
 
@@ -50,8 +53,15 @@ STATE_SUFFIX = "_training_state"
 _STATE_DIR = re.compile(r"^steps_(\d+)" + STATE_SUFFIX + "$")
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest"
+OWN_DIGEST = "sha256"  # of trainer_state.json's other fields: the manifest covers the file that holds it
+CONFIG = "config.yaml"
 HASH_CHUNK = 16 * 2**20
-DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed, with pickle)
+DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed)
+# The non-torch types DeepSpeed 0.16's ZeRO-2/3 states pickle (found with torch.serialization's
+# get_unsafe_globals_in_checkpoint on states of our runs): plain records, rebuilt from their fields.
+DEEPSPEED_TYPES = ("deepspeed.runtime.zero.config:ZeroStageEnum", "deepspeed.utils.tensor_fragment:fragment_address",
+                   "deepspeed.runtime.fp16.loss_scaler:LossScaler", "deepspeed.runtime.fp16.loss_scaler:DynamicLossScaler")
+FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"  # torch.load reads it on every call, over weights_only=False
 _WEIGHTS_FILE = re.compile(r"^steps_(\d+)_pytorch_model\.pt$")
 
 
@@ -136,7 +146,8 @@ class Checkpointer:
     def restore(self, state: Path, model, optimizer, scheduler) -> None:
         """Optimizer, scheduler and this rank's RNG (the weights were loaded before accelerator.prepare)."""
         if self.deepspeed:
-            model.load_checkpoint(str(state), tag=DEEPSPEED_TAG, load_module_strict=False)
+            with weights_only_loads(deepspeed_types()):
+                model.load_checkpoint(str(state), tag=DEEPSPEED_TAG, load_module_strict=False)
         else:
             optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location="cpu", weights_only=True))
         scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
@@ -167,6 +178,8 @@ class Checkpointer:
         else:
             main_only["optimizer"] = optimizer if is_main else None
         save_rank_state(staging, accelerator.process_index, accelerator.device, **main_only)
+        if is_main and (self.run_dir / CONFIG).is_file():  # a copy to restore config.yaml from (in the manifest)
+            shutil.copyfile(self.run_dir / CONFIG, staging / CONFIG)
         accelerator.wait_for_everyone()
         # Every rank hashes a share of the files (the list comes from the main process, so all hash the same list).
         names = broadcast_object_list([manifest_names(staging, weights) if is_main else None])[0]
@@ -174,6 +187,7 @@ class Checkpointer:
         if is_main:
             trainer_state = {"step": step, "weights": weights.name, "num_processes": accelerator.num_processes,
                              MANIFEST: {name: digest for share in shares for name, digest in share.items()}}
+            trainer_state[OWN_DIGEST] = own_digest(trainer_state)
             publish_state(checkpoints_dir, step, trainer_state, keep_last=self.keep_last)
         accelerator.wait_for_everyone()
         return self.state_dir(step)
@@ -246,8 +260,18 @@ def save_weights(state_dict: dict[str, torch.Tensor], path: Path) -> None:
     atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load_weights(path: Path, setting: str = "trainer.pretrained_checkpoint") -> dict[str, torch.Tensor]:
+    """A weights file ({name: tensor}); one that is not (garbage, another format) is a ConfigError naming `setting`,
+    the key that pointed at it."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        raise ConfigError(f"{setting}: {path} is not a weights file ({_first_line(error)}); point it at a "
+                          "steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"{setting}: {path} holds a {type(state).__name__}, not a dict of tensors; point it at a "
+                          "steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run")
+    return state
 
 
 def weights_path(checkpoints_dir: Path, step: int) -> Path:
@@ -329,6 +353,7 @@ def verify_share(state: Path, rank: int, world: int) -> list[str]:
         return [f"{state / TRAINER_STATE}: no readable manifest (not written by this trainer, or cut off)"]
     problems = []
     if rank == 0:
+        problems += trainer_state_problems(state, read_trainer_state(state))
         present = {str(p.relative_to(state)) for p in state.rglob("*") if p.is_file() and p.name != TRAINER_STATE}
         problems += [f"{state / name}: not in the manifest" for name in sorted(present - set(manifest))]
     for name in sorted(manifest)[rank::world]:
@@ -339,19 +364,73 @@ def verify_share(state: Path, rank: int, world: int) -> list[str]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the manifest says {expected['size']}")
         elif file_digest(path)["sha256"] != expected["sha256"]:
             problems.append(f"{path}: sha256 differs from the manifest")
-        elif path.suffix == ".pt" and not name.startswith(DEEPSPEED_TAG + "/") and (refusal := tensor_file_refusal(path)):
+        elif path.suffix == ".pt" and (refusal := tensor_file_refusal(path, name.startswith(DEEPSPEED_TAG + "/"))):
             problems.append(f"{path}: {refusal}")
     return problems
 
 
-def tensor_file_refusal(path: Path) -> str | None:
-    """Why torch.load(weights_only=True) refuses `path`, or None. Memory-mapped: only the pickle is read."""
+def own_digest(trainer_state: dict) -> str:
+    fields = {k: v for k, v in trainer_state.items() if k != OWN_DIGEST}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def trainer_state_problems(state: Path, trainer_state: dict) -> list[str]:
+    """The marker's own fields: its step is its folder's, its weights the sibling file of that step (never a path
+    elsewhere), and nothing changed since it was written (states of older trainers have no digest)."""
+    path, step = state / TRAINER_STATE, int(_STATE_DIR.match(state.name).group(1))
+    problems = []
+    if trainer_state.get("step") != step:
+        problems.append(f"{path}: step {trainer_state.get('step')!r}, but the folder is step {step}")
+    expected = weights_path(state.parent, step).name
+    if trainer_state.get("weights") != expected:
+        problems.append(f"{path}: weights {trainer_state.get('weights')!r}, but a state's weights are {expected} "
+                        "beside it")
+    if OWN_DIGEST in trainer_state and trainer_state[OWN_DIGEST] != own_digest(trainer_state):
+        problems.append(f"{path}: edited since it was written (its sha256 differs)")
+    return problems
+
+
+def deepspeed_types() -> list[type]:
+    """DEEPSPEED_TYPES, imported (only where a state holds DeepSpeed files: importing deepspeed takes seconds)."""
+    import importlib
+
+    found = []
+    for spec in DEEPSPEED_TYPES:
+        module, name = spec.split(":")
+        found.append(getattr(importlib.import_module(module), name))
+    return found
+
+
+@contextlib.contextmanager
+def weights_only_loads(allowed: list[type]):
+    """Every torch.load in the block uses the weights-only unpickler (also where a library passes weights_only=False),
+    with `allowed` types besides torch's own."""
+    before = os.environ.get(FORCE_WEIGHTS_ONLY)
+    os.environ[FORCE_WEIGHTS_ONLY] = "1"
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with torch.serialization.safe_globals(allowed):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(FORCE_WEIGHTS_ONLY, None)
+        else:
+            os.environ[FORCE_WEIGHTS_ONLY] = before
+
+
+def tensor_file_refusal(path: Path, deepspeed: bool = False) -> str | None:
+    """Why torch.load(weights_only=True) refuses `path` (a DeepSpeed file: with its types allowed), or None.
+    Memory-mapped: only the pickle is read."""
+    try:
+        with torch.serialization.safe_globals(deepspeed_types() if deepspeed else []):
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({first[:120]})"
+        return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({_first_line(error)})"
     return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:120] if text else type(error).__name__
 
 
 def discard_partial(staging: Path) -> None:

@@ -18,7 +18,7 @@ from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import is_under
 from DiT4DiT.model.framework.base_framework import recorded_config
-from DiT4DiT.training.checkpoint import ResumeError
+from DiT4DiT.training.checkpoint import CONFIG, Resume, ResumeError
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,16 @@ def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) ->
     return changes
 
 
-def check_config_unchanged(cfg: DictConfig, run_dir: Path, saved_processes: int | None, num_processes: int) -> None:
-    saved_path = run_dir / "config.yaml"
+def check_config_unchanged(cfg: DictConfig, run_dir: Path, resume: Resume, num_processes: int) -> None:
+    """ResumeError when the run's config.yaml is missing (a weights-only resume writes the current one), or when a
+    compared key or the process count changed."""
+    saved_path, saved_processes = run_dir / CONFIG, resume.num_processes
+    if not saved_path.is_file() and not resume.weights_only:
+        copy = resume.state / CONFIG
+        restore = (f"cp {copy} {saved_path}" if copy.is_file() else
+                   "restore it from a backup of the run folder (or start a new run with another --run_id)")
+        raise ResumeError(f"{saved_path} is missing: resume compares the run's config with it, and the exported and "
+                          f"served run folder needs it. Restore it: {restore}")
     allowed = allowed_changes(cfg)
     # Both as a run folder records them (computed defaults resolved), so a recorded DiT size equals a null one.
     changes = (config_changes(recorded_config(OmegaConf.load(saved_path)), recorded_config(cfg), allowed)
@@ -133,6 +141,10 @@ def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
             if dataset.statistics()[tag] != saved[tag]:
                 log.warning("the data now gives other statistics for '%s' than %s (files changed on disk); the saved "
                             "ones stay in use", tag, path)
+            # The constructor a fresh start uses (key widths place sin/cos pairs); a file that names no modes or
+            # widths (an older trainer's) keeps those of the current data config.
             dataset.normalizers[tag] = tuple(
-                Normalizer(saved[tag][part].get("normalization", normalizer.modes.tolist()), saved[tag][part])
+                Normalizer.from_statistics(saved[tag][part],
+                                           modes=saved[tag][part].get("normalization", normalizer.modes.tolist()),
+                                           key_widths=saved[tag][part].get("key_widths", normalizer.key_widths))
                 for part, normalizer in zip(("state", "action"), current))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
+from DiT4DiT.dataloader.mixtures import is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,9 @@ LOCK_FILE = "run.lock"
 LAUNCHER_LOG = "train.log"
 # Files and folders only a trainer writes (the launcher's train.log alone is not a run).
 RUN_MARKERS = ("config.yaml", "checkpoints", "final_model", "metrics.jsonl", "summary.jsonl", "dataset_statistics.json")
+# What a start writes before its first step: alone, they are a start that never trained (stopped during set-up),
+# which the next start reclaims instead of refusing.
+SETUP_FILES = ("config.yaml", "dataset_statistics.json")
 
 
 class RunDirError(DiT4DiTError, RuntimeError):
@@ -50,13 +54,21 @@ def _moved_aside_name(run_dir: Path) -> Path:
     return target
 
 
-def check_fresh_start(run_dir: Path, is_resume: bool, move_aside: bool) -> Path | None:
-    """Refuse (or move aside) an earlier run in `run_dir` when this one does not resume it (lock held).
+def check_fresh_start(run_dir: Path, is_resume: bool, move_aside: bool, locked: bool = True) -> Path | None:
+    """Refuse (or move aside) an earlier run in `run_dir` when this one does not resume it; reclaim the files of a
+    start that never trained. Changes files only when `locked` (the lock held).
 
     Returns where the earlier run was moved, if it was.
     """
     found = run_markers(run_dir)
     if is_resume or not found:
+        return None
+    if set(found) <= set(SETUP_FILES):
+        if locked:
+            for name in found:
+                (run_dir / name).unlink()
+            log.warning("%s holds only the set-up files of a start that never trained (%s, no training state, no "
+                        "metrics); reclaimed for this run", run_dir, ", ".join(found))
         return None
     if not move_aside:
         raise RunDirError(
@@ -163,17 +175,30 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     return removed
 
 
+def check_not_a_dataset(run_dir: Path) -> None:
+    """Datasets are read-only inputs: a run dir that is one, lies inside one, or holds one is refused (a run would
+    be written into the dataset, and --trainer.move_old_run would move the dataset away)."""
+    inside = next((p for p in [run_dir, *run_dir.parents] if is_dataset(p)), None)
+    held = [] if inside or not run_dir.is_dir() else [p for p in run_dir.iterdir() if is_dataset(p)]
+    if inside is not None or held:
+        what = f"is inside the dataset {inside}" if inside is not None and inside != run_dir else (
+            "is a dataset" if inside is not None else f"holds the dataset {held[0]}")
+        raise RunDirError(f"run dir {run_dir} {what} (meta/info.json); nothing was written. Datasets are read-only "
+                          "inputs: point --run_root_dir at a folder outside the data")
+
+
 def claim_run_dir(run_dir: Path, is_resume: bool, move_aside: bool) -> RunLock:
     """Main process, before writing anything: take the lock, check the folder, clean up after a killed run.
 
     The refusals are checked once before the lock file is created, so a refused start leaves the folder
     untouched, and again under the lock, where no other run can change the answer.
     """
+    check_not_a_dataset(run_dir)
     holder = _read_lock(run_dir / LOCK_FILE)
     if holder is not None and not _is_stale(holder):
         raise RunDirError(_in_use_message(run_dir, holder))
     if not move_aside:
-        check_fresh_start(run_dir, is_resume, move_aside)
+        check_fresh_start(run_dir, is_resume, move_aside, locked=False)
     lock = RunLock(run_dir).acquire()
     try:
         check_fresh_start(run_dir, is_resume, move_aside)
@@ -189,6 +214,7 @@ def claimed(accelerator, cfg):
     """The run directory claimed by the main process for the duration of the run; a refusal stops every rank."""
     run_dir = Path(cfg.output_dir)  # <run_root_dir>/<run_id>, derived when the config loaded
     lock, refusal = None, None
+    created = _first_missing(run_dir)
     if accelerator.is_main_process:
         try:
             lock = claim_run_dir(run_dir, bool(cfg.trainer.is_resume), bool(cfg.trainer.move_old_run))
@@ -202,3 +228,24 @@ def claimed(accelerator, cfg):
     finally:
         if lock is not None:
             lock.release()
+            _remove_if_empty(run_dir, created)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (None if `path` exists)."""
+    missing = None
+    while not path.exists():
+        missing, path = path, path.parent
+    return missing
+
+
+def _remove_if_empty(run_dir: Path, created: Path | None) -> None:
+    """A start refused after taking the lock (a check of the config or the model) leaves no folder it made."""
+    if created is None:
+        return
+    folder = run_dir
+    while folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        if folder == created:
+            break
+        folder = folder.parent

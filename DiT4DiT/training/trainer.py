@@ -104,7 +104,7 @@ class Trainer:
         self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(cfg), settings.keep_last_states)
         resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
         if resume:
-            resumption.check_config_unchanged(cfg, self.run_dir, resume.num_processes, world)
+            resumption.check_config_unchanged(cfg, self.run_dir, resume, world)
         self.start_step = resume.step if resume else 0
 
         # Data: the same initial weights on every rank (per-rank randomness is seeded further down). Both splits
@@ -119,14 +119,15 @@ class Trainer:
         statistics = self.run_dir / "dataset_statistics.json"
         if resume:  # the run's statistics stay its statistics
             resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], statistics, is_main)
-        elif is_main:
-            save_dataset_statistics(train_set.statistics(), statistics)
-            save_config(recorded_config(cfg), self.run_dir / "config.yaml")
 
         # Model, optimizer, schedule; then the saved optimizer state and RNG, or the schedule fast-forwarded.
         model = build_model(cfg, resume, self.checkpointer.deepspeed)
         optimizer = build_optimizer(model, settings)
         self.scheduler = build_lr_scheduler(optimizer, settings)
+        if not resume and is_main:  # after every check of the config: a refused start writes nothing
+            save_dataset_statistics(train_set.statistics(), statistics)
+        if is_main and not (self.run_dir / "config.yaml").is_file():  # fresh, or weights only from a folder without
+            save_config(recorded_config(cfg), self.run_dir / "config.yaml")
         self.model, self.optimizer = accelerator.prepare(model, optimizer)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
         self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
@@ -256,7 +257,7 @@ def build_model(cfg: DictConfig, resume: Resume | None, deepspeed: bool) -> torc
     if cfg.trainer.pretrained_checkpoint:
         load_pretrained(model, cfg.trainer.pretrained_checkpoint, cfg.trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
-        load_trained_weights(model, load_weights(resume.weights), resume.weights, may_be_missing=prefixes(frozen))
+        load_trained_weights(model, load_weights(resume.weights, "trainer.is_resume"), resume.weights, may_be_missing=prefixes(frozen))
     return model
 
 

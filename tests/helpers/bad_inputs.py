@@ -19,6 +19,7 @@ from DiT4DiT.training.train import main
 
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
+PROGRESS_BAR = re.compile(r"\d+%\|.*\| \d+/\d+ \[")  # tqdm's, e.g. diffusers loading the pipeline
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ def check_bad_input(case: BadInput, tmp_path: Path, capsys, base_model: Path | N
                  "--trackers=[jsonl]", "--datasets.vla_data.num_workers=0",
                  *(arg.replace("{tmp}", str(tmp_path)) for arg in case.args)])
     err = capsys.readouterr().err
-    # Log records (and their indented continuation lines) are not the error line.
-    lines = [line for line in err.splitlines() if line.strip() and not LOG_RECORD.match(line) and not line[0].isspace()]
+    # Log records (and their indented continuation lines) and progress bars are not the error line.
+    lines = [line for line in err.splitlines() if line.strip() and not LOG_RECORD.match(line) and not line[0].isspace()
+             and not PROGRESS_BAR.search(line)]
     assert code == case.exit_status, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert len(lines) == 1, f"expected one error line, got {lines}"

@@ -20,7 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError, load_config
+from DiT4DiT.config.schema import RECORDED_FOR_THE_ORIGINAL, ConfigError, load_config
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework, share_tools
 from DiT4DiT.model.freezing import left_out_of_checkpoints
@@ -50,8 +50,12 @@ class RunFolderError(ConfigError):
 
 def recorded_config(cfg: DictConfig) -> DictConfig:
     """`cfg` with every value the model computes from a null resolved (the DiT size: the original merges
-    `diffusion_model_cfg` over the size table, so a null there replaces 12 heads x 64 and fails)."""
+    `diffusion_model_cfg` over the size table, so a null there replaces 12 heads x 64 and fails), and the keys only
+    the original reads (RECORDED_FOR_THE_ORIGINAL) with the values in use here."""
     recorded = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    for key, value in RECORDED_FOR_THE_ORIGINAL.items():
+        if OmegaConf.select(recorded, key.rsplit(".", 1)[0]) is not None:  # a section the run has (no head, no key)
+            OmegaConf.update(recorded, key, value, force_add=True)
     dit = OmegaConf.select(recorded, DIT_CFG)
     if dit is not None and dit.get("num_attention_heads") is None:
         size = OmegaConf.select(recorded, "framework.action_model.action_model_type", default="DiT-B")

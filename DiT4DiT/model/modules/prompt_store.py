@@ -1,8 +1,9 @@
 """Prompt-embedding store: each instruction's embedding is encoded once per store and memory-mapped by readers.
 
 One safetensors file per instruction, under a folder named after the key shared by all of them (text encoder
-and tokenizer identity, max_sequence_length, dtype), so a changed snapshot can never be served a stale
-embedding. The instructions missing from the store are split across ranks and written atomically (temporary
+and tokenizer identity, max_sequence_length, dtype, file format), so a changed snapshot can never be served a stale
+embedding. Each file records the sha256 of its embedding, checked once per process when the file is first mapped:
+an embedding changed after it was written (other numbers, a file cut short) stops the run instead of training it. The instructions missing from the store are split across ranks and written atomically (temporary
 file + rename); readers map the files, so a node's page cache holds one copy for all its processes and a
 process's private memory does not grow with the number of instructions (98 MiB per embedding at 2B size).
 """
@@ -33,6 +34,8 @@ SUFFIX = ".safetensors"
 MAX_HEADER_BYTES = 1 << 20
 IDENTITY_SAMPLE_BYTES = 1 << 20
 SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+# 2: each file's metadata holds the sha256 of its embedding (stores without it are a folder of their own).
+FORMAT = 2
 
 
 class PromptStoreError(ConfigError):
@@ -82,6 +85,7 @@ class _Located:
     offset: int  # of the tensor data in the file
     nbytes: int
     shape: tuple[int, ...]
+    sha256: str  # of the embedding's bytes, as written
 
 
 def _hash_file(digest, path: Path) -> None:
@@ -114,12 +118,14 @@ class PromptStore:
 
     def __init__(self, root: str | os.PathLike, identity: str, max_sequence_length: int, dtype: torch.dtype):
         self.key = json.dumps(
-            {"encoder": identity, "max_sequence_length": int(max_sequence_length), "dtype": str(dtype)}, sort_keys=True
+            {"encoder": identity, "max_sequence_length": int(max_sequence_length), "dtype": str(dtype),
+             "format": FORMAT}, sort_keys=True
         )
         self.folder = Path(root).expanduser() / hashlib.sha256(self.key.encode()).hexdigest()[:16]
         self.max_sequence_length = int(max_sequence_length)
         self.dtype = dtype
         self._located: dict[str, _Located] = {}
+        self._verified: set[str] = set()  # instructions whose mapped bytes matched their sha256 in this process
 
     def path(self, instruction: str) -> Path:
         return self.folder / (hashlib.sha256(instruction.encode()).hexdigest()[:32] + SUFFIX)
@@ -157,7 +163,7 @@ class PromptStore:
             raise ValueError(f"it holds {entry['dtype']} {list(shape)}, not {self.dtype} ({self.max_sequence_length}, D)")
         if end - begin != int(np.prod(shape)) * dtype.itemsize or size != 8 + header_bytes + end:
             raise ValueError(f"its size {size} does not match its header")
-        return _Located(path, 8 + header_bytes + begin, end - begin, shape)
+        return _Located(path, 8 + header_bytes + begin, end - begin, shape, str(metadata["sha256"]))
 
     def missing(self, instructions: Iterable[str]) -> list[str]:
         return [p for p in sorted(set(instructions)) if self._locate(p) is None]
@@ -178,10 +184,9 @@ class PromptStore:
         """Publish one (max_sequence_length, D) embedding; readers never see a partial file."""
         from safetensors.torch import save
 
-        payload = save(
-            {TENSOR_NAME: embedding.detach().to("cpu", self.dtype).contiguous()},
-            metadata={"key": self.key, "instruction": instruction},
-        )
+        tensor = embedding.detach().to("cpu", self.dtype).contiguous()
+        digest = hashlib.sha256(tensor.view(torch.uint8).numpy()).hexdigest()
+        payload = save({TENSOR_NAME: tensor}, metadata={"key": self.key, "instruction": instruction, "sha256": digest})
         path = self.path(instruction)
         try:
             write_bytes_atomic(path, payload)
@@ -191,6 +196,7 @@ class PromptStore:
                 f"Free space there or set {STORE_DIR_KEY} to a folder with room for the store"
             ) from None
         self._located.pop(instruction, None)
+        self._verified.discard(instruction)
 
     @torch.no_grad()
     def _encode_share(self, share: list[str], encode: Callable[[list[str]], torch.Tensor], batch_size: int) -> None:
@@ -245,7 +251,16 @@ class PromptStore:
         located = self._locate(instruction)
         if located is None:
             raise KeyError(instruction)
-        mapped = np.memmap(located.path, dtype=np.uint8, mode="c", offset=located.offset, shape=(located.nbytes,))
+        changed = (f"{located.path}: the prompt store's embedding of {instruction!r} changed after it was written "
+                   "({}); delete the file and start again (the instruction is encoded anew)")
+        try:
+            mapped = np.memmap(located.path, dtype=np.uint8, mode="c", offset=located.offset, shape=(located.nbytes,))
+        except (OSError, ValueError) as error:  # deleted or cut short since it was checked
+            raise PromptStoreError(changed.format(error)) from None
+        if instruction not in self._verified:
+            if hashlib.sha256(mapped).hexdigest() != located.sha256:
+                raise PromptStoreError(changed.format("its sha256 differs from the one it was written with"))
+            self._verified.add(instruction)
         return torch.from_numpy(mapped).view(self.dtype).view(located.shape)
 
     def lookup(self, instructions: list[str], device: torch.device) -> torch.Tensor:
