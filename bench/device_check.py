@@ -17,6 +17,9 @@ was measured; a failed section is recorded with its error and the next one runs)
                 against our processor's path (no repeat): same gradient, both timed
   deterministic the steps at batch 1 with torch.use_deterministic_algorithms on and off: the cost of
                 trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this one-device time)
+  patcher       the steps at batch 1 with DIT4DIT_MX_PATCHER=off, then inside the mx_driving patcher as the
+                patched train.py enters it (its own helper, the mode DIT4DIT_MX_PATCHER names, lean by default):
+                both times and both start-up lines; skipped with a line where mx_driving is not installed
   rope          the fused RoPE our processor calls on NPU (torch.ops.npu.npu_rotary_mul) against diffusers'
                 apply_rotary_emb at the RoboTwin shape (4, 16, 1176, 128), forward and backward: max errors and
                 times; off NPU our processor's path is diffusers' function itself (compared, said so)
@@ -34,9 +37,12 @@ import argparse
 import contextlib
 import gc
 import importlib.metadata
+import importlib.util
 import json
+import logging
 import os
 import platform
+import runpy
 import signal
 import statistics
 import sys
@@ -74,8 +80,8 @@ PEAK_TFLOPS = (
 )
 TOTAL_BUDGET_S = 480
 # Every section's limit; together they fit the total (tests/test_device_check.py checks the sum).
-SECTION_LIMIT_S = {"environment": 20, "build": 100, "flops": 40, "store": 50, "steps": 100, "deterministic": 40,
-                   "repeat": 15, "rope": 25, "checksum": 20, "zero2": 70}
+SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 35, "store": 50, "steps": 90, "deterministic": 40,
+                   "patcher": 25, "repeat": 15, "rope": 25, "checksum": 20, "zero2": 65}
 ROPE_SHAPE = {"full": (4, 16, 1176, 128), "tiny": (2, 4, 64, 32)}  # (batch, heads, tokens, head_dim)
 CHECKSUM_REPEATS = 20
 ZERO2_STEPS = 10
@@ -300,21 +306,66 @@ def repeat(device: torch.device, elements_over: int = 2**22) -> dict:
             "without_ms": round(without * 1e3, 3), "same_gradient": bool(torch.equal(grad_repeat, grad))}
 
 
+def batch1_timer(state: dict, device: torch.device, count: int):
+    """A function giving the median of `count` batch-1 steps after one warm-up step (kernels chosen for the
+    setting in force), with one optimizer and one batch for every call, so two settings are compared alike."""
+    optimizer = torch.optim.AdamW([p for p in state["model"].parameters() if p.requires_grad], lr=1e-5)
+    examples = make_examples(state["cfg"], batch=1, views=state["views"])
+
+    def median_step() -> float:
+        train_step(state, examples, optimizer, device)
+        return statistics.median(train_step(state, examples, optimizer, device) for _ in range(count))
+    return median_step
+
+
 def deterministic(state: dict, device: torch.device, count: int) -> dict:
     """Median step time at batch 1 with deterministic kernels off, then on (trainer.deterministic's torch part)."""
-    model = state["model"]
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    examples = make_examples(state["cfg"], batch=1, views=state["views"])
-    times = {}
+    median_step, times = batch1_timer(state, device, count), {}
     try:
         for on in (False, True):
             torch.use_deterministic_algorithms(on)
-            train_step(state, examples, optimizer, device)  # warm-up: kernels chosen for this mode
-            times["on" if on else "off"] = statistics.median(train_step(state, examples, optimizer, device)
-                                                             for _ in range(count))
+            times["on" if on else "off"] = median_step()
     finally:
         torch.use_deterministic_algorithms(False)
     return {"step_ms": {k: round(v * 1e3, 2) for k, v in times.items()},
+            "on_over_off": round(times["on"] / times["off"], 3), "steps_measured": count}
+
+
+def patcher_helper() -> dict:
+    """The patched train.py's patcher step (PATCHER_HELPER of scripts/port_to_npu.py, as the doctor loads it):
+    its functions by name."""
+    namespace = {"contextlib": contextlib, "importlib": importlib, "logging": logging, "os": os, "sys": sys}
+    exec(runpy.run_path(str(REPO.parent / "scripts" / "port_to_npu.py"))["PATCHER_HELPER"], namespace)
+    return namespace
+
+
+def patcher(state: dict, device: torch.device, count: int) -> dict:
+    """Median batch-1 step time with DIT4DIT_MX_PATCHER=off, then inside the patcher in the mode a run would
+    enter (DIT4DIT_MX_PATCHER, lean by default), each through the patched trainer's own helper, whose start-up
+    lines are recorded. Off comes first: API 2.0 patches stay for the rest of the process once applied (the
+    sections after this one run with them, as training does). mx_driving's import changes ASCEND_CUSTOM_OPP_PATH
+    after this device has started, so the times are the patches' own cost, not that of another operator build."""
+    mode = os.environ.get("DIT4DIT_MX_PATCHER", "lean")
+    mode = "lean" if mode == "off" else mode  # "on" is the mode a run would enter when it is not switched off
+    if mode not in ("lean", "default"):
+        raise ValueError(f"DIT4DIT_MX_PATCHER={mode!r}: expected lean, default or off")
+    if importlib.util.find_spec("mx_driving") is None:
+        return {"skipped": "mx_driving is not installed here: no patcher to time (the patched trainer runs "
+                           "without it)", "mode": mode}
+    helper, median_step, times, lines = patcher_helper(), batch1_timer(state, device, count), {}, {}
+    saved = set_environment({"DIT4DIT_MX_PATCHER": None, "DIT4DIT_DISABLE_MX_PATCHER": None})
+    try:
+        with contextlib.ExitStack() as stack:  # 1.0 patches are undone when it closes
+            for setting, value in (("off", "off"), ("on", mode)):
+                os.environ["DIT4DIT_MX_PATCHER"] = value
+                lines[setting], problem = helper["_apply_mx_patcher"](stack)
+                if problem:  # not importable or failed to apply: the trainer would run without it
+                    return {"skipped": lines[setting], "mode": mode, "lines": lines,
+                            "step_ms": {k: round(v * 1e3, 2) for k, v in times.items()}}
+                times[setting] = median_step()
+    finally:
+        set_environment(saved)
+    return {"mode": mode, "lines": lines, "step_ms": {k: round(v * 1e3, 2) for k, v in times.items()},
             "on_over_off": round(times["on"] / times["off"], 3), "steps_measured": count}
 
 
@@ -480,6 +531,13 @@ def deterministic_line(det: dict) -> str:
     return f"deterministic kernels: step {det['step_ms']['on']} ms on, {det['step_ms']['off']} ms off ({det['on_over_off']}x)"
 
 
+def patcher_line(pat: dict) -> str:
+    if pat.get("skipped"):
+        return f"mx_driving patcher on/off: skipped: {pat['skipped']}"
+    return (f"mx_driving patcher ({pat['mode']}) on / off: step {pat['step_ms']['on']} ms / {pat['step_ms']['off']} "
+            f"ms ({pat['on_over_off']}x); on: {pat['lines']['on']}")
+
+
 def rope_line(rot: dict) -> str:
     return (f"RoPE {tuple(rot['shape'])}, {rot['ours'].split(':')[0]} vs diffusers: max error forward "
             f"{rot['max_abs_error_forward']:.3g}, grad {rot['max_abs_error_grad']:.3g}; {rot['ours_ms']} ms vs "
@@ -492,7 +550,8 @@ def checksum_line(sums: dict) -> str:
         for name, r in sums["sums"].items())
 
 
-SUMMARY_LINES = {"deterministic": deterministic_line, "rope": rope_line, "checksum": checksum_line}
+SUMMARY_LINES = {"deterministic": deterministic_line, "patcher": patcher_line, "rope": rope_line,
+                 "checksum": checksum_line}
 
 
 def print_table(data: dict) -> None:
@@ -566,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             report.run("steps", limits["steps"], steps, state, device, peak, 5 if args.full_size else 2)
             report.run("deterministic", limits["deterministic"], deterministic, state, device,
                        5 if args.full_size else 2)
+            report.run("patcher", limits["patcher"], patcher, state, device, 3 if args.full_size else 2)
         state.clear()  # the model's memory back before the last two sections
         gc.collect()
         if device.type != "cpu":

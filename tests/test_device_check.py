@@ -13,6 +13,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+FAKES = ROOT / "tests" / "fakes"
+# Builds the tiny model and runs the patcher section alone (the whole check is the test above).
+PATCHER_DRIVER = """
+import json, sys, tempfile
+from pathlib import Path
+import torch
+sys.path.insert(0, sys.argv[1])
+import device_check
+torch.set_num_threads(1)
+state = {}
+with tempfile.TemporaryDirectory() as tmp:
+    device_check.build(state, False, torch.device("cpu"), Path(tmp))
+    print(json.dumps(device_check.patcher(state, torch.device("cpu"), 1)))
+"""
 
 
 @pytest.mark.slow
@@ -24,7 +38,8 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sections = json.loads(out.read_text())["sections"]
     assert {name: s["status"] for name, s in sections.items()} == {name: "ok" for name in (
-        "environment", "build", "flops", "store", "steps", "deterministic", "repeat", "rope", "checksum", "zero2")}
+        "environment", "build", "flops", "store", "steps", "deterministic", "patcher", "repeat", "rope", "checksum",
+        "zero2")}
     assert sections["zero2"]["skipped"] == "1 device(s): the overlap_comm comparison needs 2"
     # the ranks would start in the launcher's environment for this host (CPU: its defaults)
     assert sections["zero2"]["environment"]["WANDB_MODE"] == "offline"
@@ -36,6 +51,9 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
                                                  for mode in ("off", "on")}
     assert all(r["identical"] for r in sections["checksum"]["sums"].values())  # CPU sums are deterministic
     assert sections["deterministic"]["step_ms"]["on"] > 0 and sections["deterministic"]["step_ms"]["off"] > 0
+    # No mx_driving in this environment: nothing to time, and the table says why.
+    assert sections["patcher"]["skipped"].startswith("mx_driving is not installed here: no patcher to time")
+    assert "mx_driving patcher on/off: skipped: mx_driving is not installed here" in result.stdout
     assert sections["repeat"]["over_2_22"] and sections["repeat"]["same_gradient"]
     # The analytic matmul count of a transformer forward is what torch's counter finds, within the small terms
     # it leaves out (time embedding, output modulation).
@@ -52,3 +70,43 @@ def test_section_limits_fit_the_eight_minutes():
     spec.loader.exec_module(device_check)
     assert device_check.TOTAL_BUDGET_S == 480
     assert sum(device_check.SECTION_LIMIT_S.values()) <= device_check.TOTAL_BUDGET_S
+
+
+
+def run_patcher_section(tmp_path: Path, fake: str, env: dict) -> dict:
+    """The patcher section on the tiny model in a child with the fake torch_npu and `fake` mx_driving: its result."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(PATCHER_DRIVER)
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith(("DIT4DIT_", "FAKE_"))}, **env,
+                   "PYTHONPATH": os.pathsep.join(map(str, [FAKES / "torch_npu", FAKES / fake, ROOT])),
+                   "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(driver), str(ROOT / "bench")], capture_output=True, text=True,
+                            env=environment, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fake, env, applied", [
+    ("mx_driving_v2", {}, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out tensor_index, "
+                          "batch_matmul"),
+    ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "default"},
+     "(default; mx-driving version unknown, API 1.0): applied numpy_type, index, batch_matmul"),
+    ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "off"}, "(lean; mx-driving version unknown, API 1.0): applied numpy_type"),
+])
+def test_patcher_section_times_steps_with_the_patcher_off_then_on(tmp_path, fake, env, applied):
+    """With a (fake) mx_driving the section times batch-1 steps through the patched trainer's own helper, off and
+    then in the mode a run would enter (off in the environment still times lean against off)."""
+    section = run_patcher_section(tmp_path, fake, env)
+    assert section["lines"]["off"] == "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)"
+    assert section["lines"]["on"].startswith(f"mx_driving patcher {applied}")
+    assert section["step_ms"]["off"] > 0 and section["step_ms"]["on"] > 0 and section["on_over_off"] > 0
+    assert section["steps_measured"] == 1
+
+
+@pytest.mark.slow
+def test_patcher_section_that_cannot_apply_says_why_and_keeps_the_off_time(tmp_path):
+    section = run_patcher_section(tmp_path, "mx_driving_v2", {"FAKE_MX_DRIVING_APPLY_ERROR": "1"})
+    assert section["skipped"] == ("the mx_driving patcher (lean) failed to apply (RuntimeError('fake patch "
+                                  "failure')); training without it")
+    assert section["step_ms"]["off"] > 0 and "on" not in section["step_ms"]
