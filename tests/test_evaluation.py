@@ -147,7 +147,7 @@ def normalized_by_hand(raw, section) -> np.ndarray:
 def test_libero_adapter_executes_each_chunk_in_order(recording_client):
     client = recording_client()
     env = FakeLiberoEnv(succeed_at=[None, 11])
-    outcomes = run_libero_task(LiberoPolicy(client), env, "place the bottle", init_states=[0, 1], trials=2,
+    outcomes = run_libero_task(LiberoPolicy(client), env, "place the bottle", init_states=[0, 1], trials=range(2),
                                max_steps=20, num_steps_wait=3)
     assert outcomes == [False, True]
     # Trial 0: 3 waiting steps, then 20 policy steps = chunks at steps 0, 8, 16; trial 1 stops after 8 policy steps.
