@@ -391,3 +391,39 @@ def test_a_bad_collect_option_is_one_line(tmp_path):
     assert result.returncode == 2 and error_lines(result) == ["error: --image_size 0: render 16 to 480 pixels "
                                                               "(Meta-World's off-screen buffer)"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_training_logs_closed_loop_success_rates_from_a_side_process(demos, tiny_pipeline_dir, tmp_path):
+    """trainer.closed_loop_eval in a tiny run through the launcher: the side process serves the step-2 checkpoint,
+    runs 2 episodes, and the run's end waits for it; the rate lands in metrics.jsonl and the plot's second panel."""
+    from PIL import Image
+
+    runs = tmp_path / "runs"
+    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
+                            f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
+                            "--run_id=mw_cl", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
+                            "--datasets.vla_data.holdout_episodes=0", "--datasets.vla_data.num_workers=0",
+                            f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--trackers=[jsonl]", *MODEL,
+                            "--trainer.closed_loop_eval.interval=2", f"--trainer.closed_loop_eval.task={TASK}",
+                            "--trainer.closed_loop_eval.episodes=2", "--trainer.closed_loop_eval.max_steps=12",
+                            "--trainer.closed_loop_eval.num_envs=2",
+                            f"--trainer.closed_loop_eval.evaluate_options=--image_size {SIZE}"],
+                           cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+    assert train.returncode == 0, train.stderr[-3000:]
+    run = runs / "mw_cl"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [r for r in records if "closed_loop_success_rate" in r]
+    assert len(rates) == 1 and rates[0]["step"] == 2 and rates[0]["closed_loop_episodes"] == 2
+    rate = rates[0]
+    assert rate["closed_loop_ci95_low"] <= rate["closed_loop_success_rate"] <= rate["closed_loop_ci95_high"]
+    assert rate["closed_loop_success_rate"] in (0.0, 0.5, 1.0)
+    summary = json.loads((run / "closed_loop" / "steps_2" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["image_size"] == int(SIZE) and summary["num_envs"] == 2
+    assert summary["success_rate"] == rate["closed_loop_success_rate"] and summary["latency"]["requests"] >= 2
+    output = train.stdout + train.stderr  # the launcher sends the ranks' logs to its stdout
+    assert f"closed loop at step 2: {TASK} {summary['successes']}/2" in output
+    # The run ended before the side process did (a server's start alone outlasts a 2-step run) and waited for it.
+    assert "waiting for the closed-loop evaluation of step 2" in output
+    plot = Image.open(run / "loss_curve.png")
+    assert plot.size[1] > 600  # two panels (one is 440 pixels high)
