@@ -10,8 +10,11 @@ on the CPU in its own process:
    whether the per-episode table equals --num_envs 1's;
 2. the whole LIBERO protocol (4 suites x 10 tasks x 50 trials) at those speed-ups, from the per-episode minutes
    measured on this machine (docs/closed-loop.md: --libero_episode_min);
-3. the tiny run trained --train_steps steps without and with trainer.closed_loop_eval, its samples/s and the
-   side process's CPU share (sampled from /proc every 0.5 s), against the slow-down that share explains.
+3. the tiny run trained --train_steps steps without and with trainer.closed_loop_eval (every 10 steps, 2
+   episodes, one thread), its samples/s, and the side processes' CPU-seconds (sampled from /proc every 0.5 s) as
+   cores over the training loop, against the slow-down they explain: on a host whose run queue holds L
+   processes (the load average) sharing the cores fairly, a demand of d cores slows the trainer by (L + d) / L;
+   on an idle host, with a single-threaded trainer, by max(1, (1 + d) / cores).
 
 The machine's load average is recorded before and after: on a shared host the ratios are what to compare.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -51,6 +55,7 @@ class SideProcessSampler:
 
     def __init__(self, period_s: float = 0.5):
         self.period_s, self.seen = period_s, {}  # pid -> (session, cpu seconds, command line)
+        self.loads: list[float] = []  # the 1-minute load average at each sample
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -65,6 +70,7 @@ class SideProcessSampler:
                 except OSError:
                     continue
                 self.seen[int(entry.name)] = int(fields[3]), (int(fields[11]) + int(fields[12])) / TICKS, command
+            self.loads.append(os.getloadavg()[0])
 
     def __enter__(self):
         self.thread.start()
@@ -119,12 +125,15 @@ def train(args, env: dict, work: Path, data: Path, run_id: str, *options: str) -
     side = sampler.cpu_seconds()
     # Everything the launcher ran, reaped by it, less the side processes (the trainer reaps them too).
     training = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) - side
-    records = [json.loads(line) for line in (work / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+    run_dir = work / "runs" / run_id
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rates = [r["samples_per_s"] for r in records if "samples_per_s" in r][1:]  # the first window holds the warm-up
-    evaluations = [r for r in records if "closed_loop_success_rate" in r]
-    return {"samples_per_s": round(sum(rates) / len(rates), 2), "wall_s": round(wall, 1),
-            "training_cpu_s": round(training, 1), "side_process_cpu_s": round(side, 1),
-            "evaluations": [r["step"] for r in evaluations]}
+    samples_per_s = sum(rates) / len(rates)
+    batch = int(re.search(r"per_device_batch_size: (\d+)", (run_dir / "config.yaml").read_text()).group(1))
+    return {"samples_per_s": round(samples_per_s, 2), "wall_s": round(wall, 1),
+            "loop_s": round(args.train_steps * batch / samples_per_s, 1), "training_cpu_s": round(training, 1),
+            "side_process_cpu_s": round(side, 1), "mean_load_average": round(sum(sampler.loads) / len(sampler.loads), 1),
+            "evaluated_steps": [r["step"] for r in records if "closed_loop_success_rate" in r]}
 
 
 def main() -> int:
@@ -153,6 +162,7 @@ def main() -> int:
     data = work / "data"
     run([str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld", "collect", "--task", TASK, "--episodes", "2", "--out",
          str(data), "--image_size", SIZE, "--overwrite"], env, work / "collect.log")
+    shutil.rmtree(work / "runs" / "served", ignore_errors=True)  # a fresh run, not a resume of an earlier bench
     run(["bash", "scripts/train_8p.sh", "--device=cpu", "--data_mix=multi_robot", f"--data_root_dir={data}",
          f"--base_model={TINY_MODEL}", f"--run_root_dir={work / 'runs'}", "--run_id=served", "--max_train_steps=2",
          "--save_interval=2", "--trainer.eval_interval=2", "--datasets.vla_data.holdout_episodes=0",
@@ -194,15 +204,18 @@ def main() -> int:
                           f"--trainer.closed_loop_eval.task={TASK}", "--trainer.closed_loop_eval.episodes=2",
                           f"--trainer.closed_loop_eval.max_steps={args.max_steps}",
                           f"--trainer.closed_loop_eval.evaluate_options=--image_size {SIZE}",
-                          "--trainer.closed_loop_eval.at_end=cancel")
-        side_share = with_eval["side_process_cpu_s"] / (with_eval["wall_s"] * report["cores"])
-        train_rate = plain["training_cpu_s"] / plain["wall_s"]  # cores the training uses alone
-        side_rate = with_eval["side_process_cpu_s"] / with_eval["wall_s"]
+                          "--trainer.closed_loop_eval.at_end=cancel", "--trainer.closed_loop_eval.threads=1")
+        # The side process's demand in cores over the training loop; on a host whose run queue holds `load`
+        # processes sharing the cores fairly, it slows the trainer by (load + demand) / load.
+        demand = with_eval["side_process_cpu_s"] / with_eval["loop_s"]
+        load = plain["mean_load_average"]
         report["training"] = {
             "without": plain, "with_closed_loop_eval": with_eval,
             "slow_down": round(plain["samples_per_s"] / with_eval["samples_per_s"], 2),
-            "side_process_cpu_share": round(side_share, 2),
-            "slow_down_the_share_explains": round(max(1.0, (train_rate + side_rate) / report["cores"]), 2),
+            "side_process_cores": round(demand, 2),
+            "side_process_cpu_share": round(demand / report["cores"], 2),
+            "slow_down_the_share_explains": round((load + demand) / load if load >= report["cores"]
+                                                  else max(1.0, (1 + demand) / report["cores"]), 2),
         }
     report["load_average_after"] = load_average()
     print_report(report, args.json)

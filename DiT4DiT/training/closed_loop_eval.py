@@ -39,6 +39,7 @@ DEFAULT_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
 OUT_FOLDER = "closed_loop"  # RUN/closed_loop/steps_N/
 SERVER_READY = re.compile(r"serving DiT4DiT on ws://127\.0\.0\.1:(\d+)")
 SERVER_START_S = 600  # loading a checkpoint on a loaded CPU host can take minutes
+NICENESS = 10
 METRIC_PREFIX = "closed_loop_"  # of the keys in metrics.jsonl; wandb shows them as closed_loop/<name>
 
 
@@ -113,10 +114,12 @@ class ClosedLoopEvaluator:
         ckpt = self.run_dir / "checkpoints" / f"steps_{step}_pytorch_model.pt"
         out = self.run_dir / OUT_FOLDER / f"steps_{step}"
         out.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "DiT4DiT.training.closed_loop_eval", "--ckpt", str(ckpt), "--step", str(step),
-                   "--out", str(out), "--task", s.task, "--episodes", str(s.episodes), "--max_steps",
-                   str(s.max_steps), "--seed", str(s.seed), "--num_envs", str(s.num_envs), "--device", s.device,
-                   "--python", str(simulator_python(s)), "--", *shlex.split(s.evaluate_options or "")]
+        # At nice 10 (inherited by its server and simulators): on a busy host the trainer keeps its CPU share.
+        command = ["nice", "-n", str(NICENESS), sys.executable, "-m", "DiT4DiT.training.closed_loop_eval",
+                   "--ckpt", str(ckpt), "--step", str(step), "--out", str(out), "--task", s.task, "--episodes",
+                   str(s.episodes), "--max_steps", str(s.max_steps), "--seed", str(s.seed), "--num_envs",
+                   str(s.num_envs), "--device", s.device, "--python", str(simulator_python(s)), "--",
+                   *shlex.split(s.evaluate_options or "")]
         env = dict(os.environ, OMP_NUM_THREADS=str(s.threads), PYTHONPATH=os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         with (out / "side_process.log").open("w") as output:
