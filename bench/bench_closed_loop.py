@@ -45,6 +45,14 @@ def run(command: list[str], env: dict, log: Path) -> float:
     return time.monotonic() - started
 
 
+def print_report(report: dict, path: Path | None) -> None:
+    """The bench's JSON on stdout, and in `path` when given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if path:
+        path.write_text(text + "\n")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -140,10 +148,7 @@ def main() -> int:
         "command": " ".join(["python bench/bench_closed_loop.py", *sys.argv[1:]]),
         "run_dir": str(work / "runs" / run_id),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_report(report, args.json)
     return 0
 
 

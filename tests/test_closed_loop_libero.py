@@ -143,6 +143,30 @@ def test_one_episode_through_our_adapter_writes_the_originals_layout_and_our_sum
         assert "Total tasks: 1" in parsed.stdout
 
 
+def test_two_environment_processes_merge_into_the_serial_layout(server, tmp_path):
+    """--num_envs 2 on 2 trials of a task: one trial per process, each process resetting its env as often as a serial
+    run would have before its first trial; the merged log, result file and videos are the serial run's layout,
+    and the episodes (outcome, length) are the serial run's."""
+    port, _ = server
+    runs = {}
+    for n in ("1", "2"):
+        out = tmp_path / n
+        result = libero("--port", str(port), "--task_suite", SUITE, "--tasks", str(TASK), "--num_trials_per_task", "2",
+                        "--max_steps", str(STEPS), "--num_steps_wait", str(WAIT), "--fast_render", "--videos", "2",
+                        "--num_envs", n, "--out", str(out))
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["num_envs"] == int(n) and summary["retried_episodes"] == [] and summary["episodes"] == 2
+        runs[n] = summary["outcomes"], summary["episode_lengths"]
+        log = (out / f"eval_libero_{SUITE}.log").read_text()
+        assert log.count(f"Task: {TASK_LANGUAGE}\n") == 1 and f"Total episodes: 2\n" in log
+        videos = sorted(p.name.split("_episode")[1] for p in out.glob("rollout_*.mp4"))
+        assert [name.split("_")[0] for name in videos] == ["0", "1"]  # one per trial, whichever process ran it
+    # A 1-step model does not finish the task in 16 steps: this checks the merge into the table, per episode; that
+    # a process's episodes equal the serial run's is what the Meta-World expert test checks (seeded configurations).
+    assert runs["1"] == runs["2"] == ([False, False], [STEPS, STEPS])
+
+
 # The original eval_libero.py's loop for one episode, capped at STEPS policy steps, through its own ModelClient,
 # its websocket client and its helpers (the script itself runs every task of the suite for 220+ steps each).
 ORIGINAL_EPISODE = textwrap.dedent("""

@@ -293,3 +293,137 @@ def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir
     low, high = np.array(meta["statistics"]["action"]["min"]), np.array(meta["statistics"]["action"]["max"])
     assert (actions[0, :, :6] >= low[:6] - 1e-6).all() and (actions[0, :, :6] <= high[:6] + 1e-6).all()
     assert (actions[0, :, 3:6] == 0).all()
+
+
+PARALLEL_RUN = ("evaluate", "--task", "reach-v3", "--episodes", "6", "--max_steps", "45", "--image_size", SIZE,
+                "--hand_start", "0.1", "--videos", "1")
+
+
+def per_episode(out: Path) -> tuple[list, list, bytes]:
+    summary = json.loads((out / "summary.json").read_text())
+    return summary["outcomes"], summary["episode_lengths"], (out / "frames.png").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["expert", "random"])
+def test_two_environment_processes_give_the_serial_per_episode_results(sim_env, tmp_path, policy):
+    # The expert's lengths depend on the goal and the hand's start, so equal lengths mean equal configurations.
+    runs = {}
+    for n in ("1", "2"):
+        out = tmp_path / n
+        result = metaworld(*PARALLEL_RUN, "--policy", policy, "--num_envs", n, "--out", str(out))
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[n] = per_episode(out)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["num_envs"] == int(n) and summary["retried_episodes"] == []
+    assert runs["1"] == runs["2"]  # outcomes, lengths and the first episode's frames
+    if policy == "expert":
+        assert 0 < sum(runs["1"][0]) < 6 and len(set(runs["1"][1])) > 1  # a mixed table, not a constant one
+    again = metaworld(*PARALLEL_RUN, "--policy", policy, "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert per_episode(tmp_path / "again") == runs["1"]  # a seed names its configuration, run after run
+
+
+@pytest.mark.slow
+def test_a_killed_environment_process_is_reported_and_its_episodes_rerun(sim_env, tmp_path):
+    import re
+    import signal
+
+    serial = metaworld(*PARALLEL_RUN, "--policy", "expert", "--out", str(tmp_path / "serial"))
+    assert serial.returncode == 0, serial.stderr[-3000:]
+    process = subprocess.Popen([str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld", *PARALLEL_RUN, "--policy",
+                                "expert", "--num_envs", "2", "--out", str(tmp_path / "parallel")], cwd=ROOT, env=env(),
+                               stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stderr:  # kill environment process 1 as soon as it is named, while it starts its scene
+        lines.append(line)
+        started = re.search(r"environment process 1 \(pid (\d+)\)", line)
+        if started:
+            os.kill(int(started.group(1)), signal.SIGKILL)
+            break
+    lines += process.stderr.readlines()
+    assert process.wait(timeout=300) == 0, "".join(lines)[-3000:]
+    crash = [line for line in lines if "killed by SIGKILL during episode" in line]
+    assert len(crash) == 1, "".join(lines)
+    episode = int(re.search(r"during episode (\d) \(seed 100\d\)", crash[0]).group(1))
+    assert episode in (3, 4, 5)  # process 1's block; 3 unless it had finished some before the kill
+    assert f"retrying its {6 - episode} unfinished episodes in a new process" in crash[0]
+    summary = json.loads((tmp_path / "parallel" / "summary.json").read_text())
+    assert summary["retried_episodes"] == [episode]
+    assert per_episode(tmp_path / "parallel") == per_episode(tmp_path / "serial")  # no hole, the same table
+
+
+# Meta-World options that cannot work: one line naming the option, exit 2, nothing written (issue 30).
+BAD_OPTIONS = [
+    (("--image_size", "0"), "--image_size 0: render 16 to 480 pixels"),
+    (("--image_size", "1000"), "--image_size 1000: render 16 to 480 pixels"),
+    (("--server", "127.0.0.1:99999"), "'127.0.0.1:99999': give HOST:PORT with a port from 1 to 65535"),
+    (("--goal_marker", "nan"), "--goal_marker nan: give a distance in m, 0 or more"),
+    (("--hand_start", "-0.1"), "--hand_start -0.1: give a distance in m, 0 or more"),
+    (("--max_steps", "-5"), "--max_steps -5: give a number of at least 1"),
+    (("--videos", "-1"), "--videos -1: give a number of at least 0"),
+    (("--wait_s", "nan"), "--wait_s nan: give a number of at least 0"),
+    (("--seed", "-1"), "--seed -1: episodes use seeds SEED..SEED+1"),
+    (("--seed", "4294967295"), "--seed 4294967295: episodes use seeds SEED..SEED+1"),
+    (("--num_envs", "0"), "--num_envs 0: run at least 1 environment process"),
+]
+
+
+@pytest.mark.parametrize("options, message", BAD_OPTIONS, ids=[" ".join(o) for o, _ in BAD_OPTIONS])
+def test_a_bad_evaluate_option_is_one_line(tmp_path, options, message):
+    # The checks run before any simulator: the training environment, without Meta-World, gives the same line.
+    out = tmp_path / "out"
+    base = {"--server": "127.0.0.1:10093", "--episodes": "2"}
+    args = [item for key, value in base.items() if key not in options for item in (key, value)]
+    result = subprocess.run([sys.executable, "-m", "DiT4DiT.evaluation.metaworld", "evaluate", "--task", TASK, *args,
+                             *options, "--out", str(out)], cwd=ROOT, env=env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == error_lines(result) and len(error_lines(result)) == 1
+    assert message in error_lines(result)[0]
+    assert not out.exists()
+
+
+def test_a_bad_collect_option_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "DiT4DiT.evaluation.metaworld", "collect", "--task", TASK,
+                             "--episodes", "1", "--image_size", "0", "--out", str(tmp_path / "out")], cwd=ROOT,
+                            env=env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and error_lines(result) == ["error: --image_size 0: render 16 to 480 pixels "
+                                                              "(Meta-World's off-screen buffer)"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_training_logs_closed_loop_success_rates_from_a_side_process(demos, tiny_pipeline_dir, tmp_path):
+    """trainer.closed_loop_eval in a tiny run through the launcher: the side process serves the step-2 checkpoint,
+    runs 2 episodes, and the run's end waits for it; the rate lands in metrics.jsonl and the plot's second panel."""
+    from PIL import Image
+
+    runs = tmp_path / "runs"
+    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
+                            f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
+                            "--run_id=mw_cl", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
+                            "--datasets.vla_data.holdout_episodes=0", "--datasets.vla_data.num_workers=0",
+                            f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--trackers=[jsonl]", *MODEL,
+                            "--trainer.closed_loop_eval.interval=2", f"--trainer.closed_loop_eval.task={TASK}",
+                            "--trainer.closed_loop_eval.episodes=2", "--trainer.closed_loop_eval.max_steps=12",
+                            "--trainer.closed_loop_eval.num_envs=2",
+                            f"--trainer.closed_loop_eval.evaluate_options=--image_size {SIZE}"],
+                           cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+    assert train.returncode == 0, train.stderr[-3000:]
+    run = runs / "mw_cl"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [r for r in records if "closed_loop_success_rate" in r]
+    assert len(rates) == 1 and rates[0]["step"] == 2 and rates[0]["closed_loop_episodes"] == 2
+    rate = rates[0]
+    assert rate["closed_loop_ci95_low"] <= rate["closed_loop_success_rate"] <= rate["closed_loop_ci95_high"]
+    assert rate["closed_loop_success_rate"] in (0.0, 0.5, 1.0)
+    summary = json.loads((run / "closed_loop" / "steps_2" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["image_size"] == int(SIZE) and summary["num_envs"] == 2
+    assert summary["success_rate"] == rate["closed_loop_success_rate"] and summary["latency"]["requests"] >= 2
+    output = train.stdout + train.stderr  # the launcher sends the ranks' logs to its stdout
+    assert f"closed loop at step 2: {TASK} {summary['successes']}/2" in output
+    # The run ended before the side process did (a server's start alone outlasts a 2-step run) and waited for it.
+    assert "waiting for the closed-loop evaluation of step 2" in output
+    plot = Image.open(run / "loss_curve.png")
+    assert plot.size[1] > 600  # two panels (one is 440 pixels high)

@@ -147,7 +147,7 @@ def normalized_by_hand(raw, section) -> np.ndarray:
 def test_libero_adapter_executes_each_chunk_in_order(recording_client):
     client = recording_client()
     env = FakeLiberoEnv(succeed_at=[None, 11])
-    outcomes = run_libero_task(LiberoPolicy(client), env, "place the bottle", init_states=[0, 1], trials=2,
+    outcomes = run_libero_task(LiberoPolicy(client), env, "place the bottle", init_states=[0, 1], trials=range(2),
                                max_steps=20, num_steps_wait=3)
     assert outcomes == [False, True]
     # Trial 0: 3 waiting steps, then 20 policy steps = chunks at steps 0, 8, 16; trial 1 stops after 8 policy steps.
@@ -260,3 +260,21 @@ def test_success_rates_are_summarised_per_task_suite_and_overall(tmp_path):
 def test_summarising_an_empty_folder_says_what_is_missing(tmp_path, capsys):
     assert summary_main(["--log_dir", str(tmp_path)]) == 2
     assert "no *.result.json task results" in capsys.readouterr().err
+
+
+def test_libero_task_results_are_written_in_task_order_whichever_process_finishes_first(tmp_path):
+    from DiT4DiT.evaluation.libero import LiberoRun, TaskLog
+
+    run = LiberoRun("libero_spatial", (3, 5), 2, 220, 10, 7, 1, False, "127.0.0.1:1", 1.0, str(tmp_path))
+    log = TaskLog(tmp_path, run, ["open the drawer", "close the drawer"])
+    # Two processes, each with trial block 0 or 1 of both tasks: episodes 1 and 3 (process 1) end first.
+    for episode, won in ((1, True), (3, False), (0, False)):
+        log.add(episode, {"success": won})
+    assert log.written == 1 and not (tmp_path / "libero_spatial__close_the_drawer.result.json").exists()
+    log.add(2, {"success": True})
+    assert log.written == 2 and log.outcomes == [False, True, True, False]
+    lines = [line.split(" INFO ", 1)[1] for line in (tmp_path / "eval_libero_libero_spatial.log").read_text().splitlines()]
+    assert lines == ["Task: open the drawer", "Current task success rate: 0.5", "Current total success rate: 0.5",
+                     "Task: close the drawer", "Current task success rate: 0.5", "Current total success rate: 0.5"]
+    result = json.loads((tmp_path / "libero_spatial__open_the_drawer.result.json").read_text())
+    assert result["outcomes"] == [False, True]

@@ -197,6 +197,25 @@ SCHEMA: dict = {
                              "slower (bench/device_check.py measures it)"),
         "ignore_resource_check": Key(False, "start even when the memory estimate exceeds what this machine has "
                                      "(experts: the estimate is conservative)"),
+        "closed_loop_eval": {
+            "interval": Key(0, "closed-loop success rate every n optimizer steps, on the checkpoint saved then, by a "
+                            "side process while training goes on (0 = off; a multiple of save_interval)", min=0),
+            "task": Key("handle-press-v3", "Meta-World v3 task it evaluates"),
+            "episodes": Key(10, "episodes per evaluation (seeds seed..seed+episodes-1, the same at every step)",
+                            min=1),
+            "max_steps": Key(150, "env steps before an episode counts as a failure", min=1),
+            "seed": Key(1000, "seed of the first episode (collect's demos use 0..)", min=0),
+            "num_envs": Key(1, "simulator processes of one evaluation", min=1),
+            "device": Key("cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind "
+                          "of device", choices=("cpu", "auto", "cuda", "npu")),
+            "threads": Key(1, "OMP_NUM_THREADS of the side process (its server and simulators)", min=1),
+            "python": Key(None, "Python of the simulator environment (default: this checkout's "
+                          ".venv-metaworld/bin/python, `make sim-env`)", kind="str"),
+            "evaluate_options": Key("", "scene options as `metaworld collect` got them, e.g. '--image_size 32'",
+                                    nullable=True),
+            "at_end": Key("wait", "the evaluation still running when training ends: wait for it, or cancel it",
+                          choices=("wait", "cancel")),
+        },
     },
 }
 

@@ -136,6 +136,23 @@ class TrainerLossScaleSection:
 
 
 @dataclass(frozen=True)
+class TrainerClosedLoopEvalSection:
+    """trainer.closed_loop_eval"""
+
+    interval: int  # closed-loop success rate every n optimizer steps, on the checkpoint saved then, by a side process while training goes on (0 = off; a multiple of save_interval)
+    task: str  # Meta-World v3 task it evaluates
+    episodes: int  # episodes per evaluation (seeds seed..seed+episodes-1, the same at every step)
+    max_steps: int  # env steps before an episode counts as a failure
+    seed: int  # seed of the first episode (collect's demos use 0..)
+    num_envs: int  # simulator processes of one evaluation
+    device: Literal['cpu', 'auto', 'cuda', 'npu']  # device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device
+    threads: int  # OMP_NUM_THREADS of the side process (its server and simulators)
+    python: str | None  # Python of the simulator environment (default: this checkout's .venv-metaworld/bin/python, `make sim-env`)
+    evaluate_options: str | None  # scene options as `metaworld collect` got them, e.g. '--image_size 32'
+    at_end: Literal['wait', 'cancel']  # the evaluation still running when training ends: wait for it, or cancel it
+
+
+@dataclass(frozen=True)
 class TrainerSection:
     """trainer"""
 
@@ -167,6 +184,7 @@ class TrainerSection:
     stall_timeout_s: int  # a rank silent for this long (stopped, dead, cut off) ends the run with exit status 76 on every other rank (0 = off; keep it below collective_timeout_s)
     deterministic: bool  # deterministic kernels: torch.use_deterministic_algorithms(True), and through the launcher HCCL_DETERMINISTIC=true (NPU) or CUBLAS_WORKSPACE_CONFIG=:4096:8 (CUDA); slower (bench/device_check.py measures it)
     ignore_resource_check: bool  # start even when the memory estimate exceeds what this machine has (experts: the estimate is conservative)
+    closed_loop_eval: TrainerClosedLoopEvalSection
 
 
 @dataclass(frozen=True)

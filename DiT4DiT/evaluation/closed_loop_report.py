@@ -54,12 +54,19 @@ def plot_outcomes(path: Path, outcomes: list[bool], lengths: list[int], max_step
     plt.close(figure)
 
 
+def strip_frames(frames: list[np.ndarray]) -> list[np.ndarray]:
+    """STRIP_FRAMES of an episode's frames spread evenly from its first to its last step (all of fewer)."""
+    if not frames:
+        return []
+    picks = np.linspace(0, len(frames) - 1, num=min(STRIP_FRAMES, len(frames))).round().astype(int)
+    return [frames[i] for i in picks]
+
+
 def write_frame_strip(path: Path, episodes: list[list[np.ndarray]]) -> None:
-    """One row per episode of STRIP_FRAMES frames spread evenly from its first to its last step."""
+    """One row per episode of its `strip_frames`."""
     rows = []
     for frames in episodes:
-        picks = np.linspace(0, len(frames) - 1, num=min(STRIP_FRAMES, len(frames))).round().astype(int)
-        row = np.concatenate([frames[i] for i in picks], axis=1)
+        row = np.concatenate(strip_frames(frames), axis=1)
         width = frames[0].shape[1] * STRIP_FRAMES
         rows.append(np.pad(row, ((0, 0), (0, width - row.shape[1]), (0, 0))))
     Image.fromarray(np.concatenate(rows, axis=0)).save(path)

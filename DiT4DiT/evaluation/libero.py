@@ -1,7 +1,7 @@
 """LIBERO through the policy server: observations -> requests, whole action chunks executed in order, success rates.
 
     python -m DiT4DiT.evaluation.libero --port 10093 --task_suite libero_spatial --num_trials_per_task 50 \
-        --out results/libero [--tasks 0,3] [--max_steps 220] [--fast_render]
+        --out results/libero [--tasks 0,3] [--max_steps 220] [--fast_render] [--num_envs 4]
 
 Runs in `.venv-libero` (`make libero-env`; no torch there) next to a running `python -m DiT4DiT.serving.server`,
 and renders headless (MUJOCO_GL=egl, else osmesa). OUT gets, as each task finishes, `<suite>__<task>.result.json`
@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import itertools
 import logging
 import math
 import sys
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -25,8 +28,10 @@ import numpy as np
 
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
+from DiT4DiT.evaluation.closed_loop_report import strip_frames
 from DiT4DiT.evaluation.metaworld import select_gl_backend
-from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect
+from DiT4DiT.evaluation.parallel import blocks, check_num_envs, run_episodes
+from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect, server_address
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
 from DiT4DiT.logging_setup import configure_logging
 
@@ -73,15 +78,15 @@ class LiberoPolicy(ChunkedPolicy):
         return [*action[:6].tolist(), gripper]
 
 
-def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, trials: int, max_steps: int,
-                    num_steps_wait: int = 10, record: list | None = None, keep_frames: int = 0) -> list[bool]:
-    """Episode outcomes of one task: each starts from init_states[i], waits, then follows the policy.
+def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, trials: Iterable[int], max_steps: int,
+                    num_steps_wait: int = 10, on_trial: Callable | None = None, keep_frames: int = 0) -> list[bool]:
+    """Outcomes of the given trials of one task: trial i starts from init_states[i], waits, then follows the policy.
 
-    `record`, when given, receives (policy steps taken, agent-view frames) per episode, frames for the first
-    `keep_frames` episodes only.
+    `on_trial(trial, success, policy steps taken, agent-view frames)` sees each trial as it ends, with frames for
+    trials below `keep_frames` only.
     """
     outcomes = []
-    for trial in range(trials):
+    for trial in trials:
         policy.reset()
         env.reset()
         obs = env.set_init_state(init_states[trial])
@@ -98,10 +103,10 @@ def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, tr
             if done:
                 break
         outcomes.append(bool(done))
-        if record is not None:
-            record.append((steps, frames))
         log.info("task %r trial %d: %s in %d steps (%.1f s from the initial state)", instruction, trial,
                  "success" if done else "failure", steps, time.monotonic() - started)
+        if on_trial is not None:
+            on_trial(trial, bool(done), steps, frames)
     return outcomes
 
 
@@ -173,10 +178,103 @@ def task_ids(spec: str | None, n_tasks: int, suite: str) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True)
+class LiberoRun:
+    """What every environment process of an evaluation needs. Episode e is trial e % trials of task
+    tasks[e // trials]."""
+
+    suite: str
+    tasks: tuple[int, ...]
+    trials: int
+    max_steps: int
+    num_steps_wait: int
+    seed: int
+    videos: int
+    fast_render: bool
+    server: str
+    wait_s: float
+    out: str
+
+
+def video_name(instruction: str, trial: int, won: bool) -> str:
+    return f"rollout_{instruction.replace(' ', '_')}_episode{trial}_{'success' if won else 'failure'}.mp4"
+
+
+def run_libero_episodes(run: LiberoRun, episodes: list[int], report) -> None:
+    """One environment process: its own simulator and server connection; report(e, result) after each episode.
+
+    A serial run seeds a task's env once and resets it before every trial, and the seed's stream moves with each
+    reset (it moves objects even from a fixed initial state). A process starting a task at trial k therefore resets
+    its fresh env k times first, so that trial k starts from the state it has in a serial run.
+    """
+    benchmark, get_libero_path, OffScreenRenderEnv = libero_simulator()
+    suite = benchmark.get_benchmark_dict()[run.suite]()
+    client = connect(run.server, run.wait_s)
+    np.random.seed(run.seed)
+    try:
+        policy = LiberoPolicy(client)
+        for position, group in itertools.groupby(episodes, key=lambda e: e // run.trials):
+            trials = [e % run.trials for e in group]
+            task = suite.get_task(run.tasks[position])
+            bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+            env = OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=ENV_RESOLUTION,
+                                     camera_widths=ENV_RESOLUTION)
+            env.seed(run.seed)  # the seed moves objects even from a fixed initial state
+            if run.fast_render:
+                env = FastRendering(env)
+
+            sent = len(policy.latencies_s)
+
+            def done(trial: int, won: bool, steps: int, frames: list) -> None:
+                nonlocal sent
+                if frames:  # the process writes its videos: whole episodes are too large to send
+                    write_video(Path(run.out) / video_name(task.language, trial, won), frames)
+                asked, sent = policy.latencies_s[sent:], len(policy.latencies_s)
+                report(position * run.trials + trial, {"success": won, "steps": steps, "strip": strip_frames(frames),
+                                                       "latencies_s": asked})
+
+            try:
+                for _ in range(trials[0]):
+                    env.reset()
+                run_libero_task(policy, env, task.language, suite.get_task_init_states(run.tasks[position]), trials,
+                                run.max_steps, run.num_steps_wait, on_trial=done, keep_frames=run.videos)
+            finally:
+                env.close()
+    finally:
+        client.close()
+
+
+class TaskLog:
+    """Writes each task's result files (and the original's log lines) once it and every task before it are done,
+    in task order, whichever process finished its episodes first."""
+
+    def __init__(self, out: Path, run: LiberoRun, languages: list[str]):
+        self.out, self.run, self.languages = out, run, languages
+        self.result_log = ResultLog(out, run.suite)
+        self.results: dict[int, dict] = {}
+        self.written = 0  # tasks written so far
+        self.outcomes: list[bool] = []
+
+    def add(self, episode: int, result: dict) -> None:
+        self.results[episode] = result
+        trials = self.run.trials
+        while self.written < len(self.languages) and all(
+                e in self.results for e in range(self.written * trials, (self.written + 1) * trials)):
+            language = self.languages[self.written]
+            task_outcomes = [self.results[e]["success"] for e in range(self.written * trials, (self.written + 1) * trials)]
+            self.outcomes += task_outcomes
+            self.result_log.line(f"Task: {language}")
+            write_task_result(self.out, self.run.suite, language, task_outcomes)
+            self.result_log.line(f"Current task success rate: {sum(task_outcomes) / len(task_outcomes)}")
+            self.result_log.line(f"Current total success rate: {sum(self.outcomes) / len(self.outcomes)}")
+            self.written += 1
+
+
 def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, tasks: str | None = None,
              max_steps: int | None = None, num_steps_wait: int = 10, seed: int = 7, videos: int = 1,
-             fast_render: bool = False, wait_s: float = 10.0) -> dict:
-    """Run `trials` episodes of each chosen task of one suite; write the result files into out, return summary.json."""
+             fast_render: bool = False, wait_s: float = 10.0, num_envs: int = 1) -> dict:
+    """Run `trials` episodes of each chosen task of one suite over `num_envs` environment processes; write the
+    result files into out, return summary.json."""
     from DiT4DiT.evaluation.closed_loop_report import write_frame_strip, write_summary
 
     if suite_name not in MAX_STEPS:
@@ -185,59 +283,45 @@ def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, t
                           + (f" (closest: {close[0]})" if close else ""))
     if trials < 1:
         raise BadArgument(f"--num_trials_per_task {trials}: run at least 1 episode per task")
-    benchmark, get_libero_path, OffScreenRenderEnv = libero_simulator()
+    server = f"{host}:{port}"
+    server_address(server)
+    benchmark, _, _ = libero_simulator()
     suite = benchmark.get_benchmark_dict()[suite_name]()
     chosen = task_ids(tasks, suite.n_tasks, suite_name)
     for task_id in chosen:
         if trials > len(suite.get_task_init_states(task_id)):
             raise BadArgument(f"--num_trials_per_task {trials}: {suite_name} task {task_id} has "
                               f"{len(suite.get_task_init_states(task_id))} initial states")
+    processes = check_num_envs(num_envs, trials * len(chosen))
     budget = MAX_STEPS[suite_name] if max_steps is None else max_steps
-    client = connect(f"{host}:{port}", wait_s)
+    connect(server, wait_s).close()  # no server: one line before any simulator starts
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    result_log = ResultLog(out, suite_name)
-    np.random.seed(seed)
-    outcomes, lengths, strips, started = [], [], [], time.monotonic()
-    try:
-        policy = LiberoPolicy(client)
-        for task_id in chosen:
-            task = suite.get_task(task_id)
-            init_states = suite.get_task_init_states(task_id)
-            bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
-            env = OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=ENV_RESOLUTION,
-                                     camera_widths=ENV_RESOLUTION)
-            env.seed(seed)  # the seed moves objects even from a fixed initial state
-            if fast_render:
-                env = FastRendering(env)
-            result_log.line(f"Task: {task.language}")
-            record: list = []
-            try:
-                task_outcomes = run_libero_task(policy, env, task.language, init_states, trials, budget,
-                                                num_steps_wait, record=record, keep_frames=videos)
-            finally:
-                env.close()
-            for episode, (won, (steps, frames)) in enumerate(zip(task_outcomes, record)):
-                if frames:
-                    suffix = "success" if won else "failure"
-                    write_video(out / f"rollout_{task.language.replace(' ', '_')}_episode{episode}_{suffix}.mp4",
-                                frames)
-                    if len(strips) < 3:
-                        strips.append(frames)
-                lengths.append(steps)
-            outcomes += task_outcomes
-            write_task_result(out, suite_name, task.language, task_outcomes)
-            result_log.line(f"Current task success rate: {sum(task_outcomes) / len(task_outcomes)}")
-            result_log.line(f"Current total success rate: {sum(outcomes) / len(outcomes)}")
-        result_log.line(f"Total success rate: {sum(outcomes) / len(outcomes)}")
-        result_log.line(f"Total episodes: {len(outcomes)}")
-    finally:
-        client.close()
-    summary = write_summary(out, suite_name, ",".join(map(str, chosen)), outcomes, lengths,
-                            latencies_s=policy.latencies_s, wall_s=time.monotonic() - started, policy="server",
-                            server=f"{host}:{port}", max_steps=budget, image_size=ENV_RESOLUTION, seed=seed,
-                            trials_per_task=trials, fast_render=fast_render)
+    run = LiberoRun(suite_name, tuple(chosen), trials, budget, num_steps_wait, seed, videos, fast_render, server,
+                    wait_s, str(out))
+    languages = [suite.get_task(task_id).language for task_id in chosen]
+    task_log = TaskLog(out, run, languages)
+    # Process p runs block p of every task's trials: each env is made once per task and process, and replays at
+    # most `trials` resets. With more processes than trials, the blocks are cut from all episodes instead.
+    if processes <= trials:
+        per_process = [[position * trials + trial for position in range(len(chosen)) for trial in block]
+                       for block in blocks(trials, processes)]
+    else:
+        per_process = [list(block) for block in blocks(trials * len(chosen), processes)]
+    started = time.monotonic()
+    done = run_episodes(run_libero_episodes, run, per_process, on_result=task_log.add,
+                        describe=lambda e: f"{e % trials} of task {chosen[e // trials]}")
+    results = [done.results[e] for e in range(trials * len(chosen))]
+    outcomes = task_log.outcomes
+    task_log.result_log.line(f"Total success rate: {sum(outcomes) / len(outcomes)}")
+    task_log.result_log.line(f"Total episodes: {len(outcomes)}")
+    summary = write_summary(out, suite_name, ",".join(map(str, chosen)), outcomes, [r["steps"] for r in results],
+                            latencies_s=[s for r in results for s in r["latencies_s"]],
+                            wall_s=time.monotonic() - started, policy="server", server=server, max_steps=budget,
+                            image_size=ENV_RESOLUTION, seed=seed, trials_per_task=trials, fast_render=fast_render,
+                            num_envs=processes, retried_episodes=done.retried)
     summarize(out)
+    strips = [r["strip"] for r in results if r["strip"]][:3]
     if strips:
         write_frame_strip(out / "frames.png", strips)
     return summary
@@ -257,13 +341,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast_render", action="store_true",
                         help="no shadows, reflections or multisampling: faster on software GL, images differ slightly")
     parser.add_argument("--wait_s", type=float, default=10.0, help="how long to wait for the server to accept")
+    parser.add_argument("--num_envs", type=int, default=1,
+                        help="environment processes, each with its own simulator and server connection; every task's "
+                             "trials are split into contiguous blocks, and the results are those of --num_envs 1")
     parser.add_argument("--out", type=Path, required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
     configure_logging()
     try:
         summary = evaluate(args.task_suite, args.num_trials_per_task, args.out, host=args.host, port=args.port,
                            tasks=args.tasks, max_steps=args.max_steps, num_steps_wait=args.num_steps_wait,
-                           seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s)
+                           seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s,
+                           num_envs=args.num_envs)
     except DiT4DiTError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

@@ -3,6 +3,7 @@
     python -m DiT4DiT.evaluation.metaworld collect --task handle-press-v3 --episodes 50 --out DATA_ROOT
     python -m DiT4DiT.evaluation.metaworld evaluate --server 127.0.0.1:10093 --task handle-press-v3 --episodes 50 --out DIR
     python -m DiT4DiT.evaluation.metaworld evaluate --policy zero --task handle-press-v3 --episodes 50 --out DIR
+    ... evaluate ... --num_envs 4     # four simulator processes, the same per-episode results
 
 Runs in `.venv-metaworld` (`make sim-env`; no torch there) and renders headless (MUJOCO_GL=egl, else osmesa).
 The dataset goes to DATA_ROOT/LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot, the folder the built-in
@@ -30,6 +31,7 @@ import argparse
 import ctypes.util
 import difflib
 import logging
+import math
 import os
 import shutil
 import sys
@@ -43,7 +45,8 @@ import numpy as np
 
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
-from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect
+from DiT4DiT.evaluation.parallel import blocks, check_num_envs, run_episodes
+from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect, server_address
 from DiT4DiT.logging_setup import configure_logging
 
 log = logging.getLogger("dit4dit.metaworld")
@@ -63,6 +66,8 @@ ENV_ACTION_DIM = 4  # dx, dy, dz, grip
 # tasks where --goal_set may move the goal.
 GOAL_SET_TASKS = ("reach-v3",)
 DATASET_FPS = 20
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 480  # the smallest video size; Meta-World's models allow 640 x 480 off screen
+MAX_SEED = 2**32 - 1  # Meta-World seeds numpy with it
 
 
 def select_gl_backend() -> str:
@@ -71,6 +76,7 @@ def select_gl_backend() -> str:
         os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
     if os.environ["MUJOCO_GL"] == "osmesa":
         os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL logs at INFO that an optional module is absent
     return os.environ["MUJOCO_GL"]
 
 
@@ -104,6 +110,15 @@ class SceneSetup:
     hand_start: float = 0.0
     goal_set: int = 0
 
+    def __post_init__(self):
+        if not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
+            raise BadArgument(f"--image_size {self.image_size}: render {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} pixels "
+                              "(Meta-World's off-screen buffer)")
+        for name in ("goal_marker", "hand_start"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise BadArgument(f"--{name} {value}: give a distance in m, 0 or more")
+
 
 def goal_corners(goal_space) -> np.ndarray:
     """(4, 3): the corners of a goal box in x and z, at the middle of its y, diagonal pairs first (K = 2 takes
@@ -135,6 +150,9 @@ class Scene:
         env._partially_observable = False
         del env.sawyer_observation_space  # a cached bound that would clip the goal to zero
         env._freeze_rand_vec = False
+        # Draw the configuration from env.seed()'s generator: by default Meta-World draws it from numpy's global
+        # one, so a seed did not name a configuration (a second reset with seed 1000 put reach-v3's goal 17 cm away).
+        env.seeded_rand_vec = True
         env._set_task_called = True
         # Software GL spends most of a frame on shadows and multisampling; the policy does not need them.
         env.model.vis.quality.shadowsize = 0
@@ -266,8 +284,10 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
         raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
     if version not in tiny_dataset.LAYOUTS:
         raise BadArgument(f"--lerobot_version {version}: write one of {sorted(tiny_dataset.LAYOUTS)}")
-    if setup.image_size % 2 or setup.image_size < 16:
-        raise BadArgument(f"--image_size {setup.image_size}: videos need an even size of at least 16")
+    if setup.image_size % 2:
+        raise BadArgument(f"--image_size {setup.image_size}: videos need an even size")
+    check_seeds(seed, 2 * episodes + 10)  # collect's most attempts
+    at_least("--max_steps", max_steps, 1)
     target = Path(out) / DATASET_FOLDER
     if target.exists() and not overwrite:
         raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
@@ -302,6 +322,17 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
 
 # -- evaluate --------------------------------------------------------------------------------------------------
 
+def at_least(option: str, value, low) -> None:
+    if not (math.isfinite(value) and value >= low):
+        raise BadArgument(f"{option} {value}: give a number of at least {low}")
+
+
+def check_seeds(seed: int, episodes: int) -> None:
+    if not 0 <= seed <= MAX_SEED - episodes:
+        raise BadArgument(f"--seed {seed}: episodes use seeds SEED..SEED+{episodes - 1}, which must lie in "
+                          f"0..{MAX_SEED}")
+
+
 @dataclass
 class ZeroPolicy:
     """Holds still with the gripper relaxed: the floor a trained policy must clear."""
@@ -309,7 +340,7 @@ class ZeroPolicy:
     latencies_s: list[float] = field(default_factory=list)
     sees: bool = False  # whether act() looks at the views: rendering is most of a step's cost
 
-    def reset(self) -> None:
+    def reset(self, seed: int) -> None:
         pass
 
     def act(self, views, state, instruction) -> np.ndarray:
@@ -317,14 +348,25 @@ class ZeroPolicy:
 
 
 class RandomPolicy(ZeroPolicy):
-    """Uniform actions in the env's range, from a seeded generator."""
+    """Uniform actions in the env's range, drawn from the episode's seed (a stream of its own, [seed, 3])."""
 
-    def __init__(self, seed: int):
-        super().__init__()
-        self.rng = np.random.default_rng(seed)
+    def reset(self, seed: int) -> None:
+        self.rng = np.random.default_rng([seed, 3])
 
     def act(self, views, state, instruction) -> np.ndarray:
         return self.rng.uniform(-1.0, 1.0, ENV_ACTION_DIM).astype(np.float32)
+
+
+class ExpertPolicy(ZeroPolicy):
+    """Meta-World's scripted expert, which reads the full observation (goal included): the ceiling, and a policy
+    whose episodes depend on their seed alone."""
+
+    def __init__(self, scene: "Scene"):
+        super().__init__()
+        self.scene = scene
+
+    def act(self, views, state, instruction) -> np.ndarray:
+        return self.scene.expert_action()
 
 
 class ServerPolicy(ChunkedPolicy):
@@ -336,14 +378,20 @@ class ServerPolicy(ChunkedPolicy):
             raise SimulatorError(f"the served model returns {self.action_dim}-dim actions; this adapter needs the 7 "
                                  f"of the {DATA_CONFIG} layout (train on data from `collect`)")
 
+    def reset(self, seed: int) -> None:
+        super().reset()  # the server draws the diffusion noise
+
     def act(self, views, state, instruction) -> np.ndarray:
         return env_action(self.next_row(views, state, instruction))
+
+
+POLICIES = ("server", "zero", "random", "expert")
 
 
 def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bool) -> tuple[bool, int, list]:
     """(success, steps taken, primary-camera frames if kept) of one episode."""
     scene.reset(seed)
-    policy.reset()
+    policy.reset(seed)
     instruction = instruction_of(scene.task)
     frames = []
     for step in range(1, max_steps + 1):
@@ -355,49 +403,87 @@ def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bo
     return False, max_steps, frames
 
 
+@dataclass(frozen=True)
+class EvaluationRun:
+    """What every environment process of an evaluation needs; episode i uses seed + i."""
+
+    task: str
+    setup: SceneSetup
+    policy: str
+    server: str | None
+    blank_images: bool
+    seed: int
+    max_steps: int
+    videos: int
+    wait_s: float
+
+
+def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
+    """One environment process: its own scene and server connection; report(i, result) after each episode."""
+    client = connect(run.server, run.wait_s) if run.policy == "server" else None
+    scene = None
+    try:
+        scene = Scene(run.task, run.setup)
+        if client is not None:
+            policy = ServerPolicy(client, run.blank_images)
+        elif run.policy == "expert":
+            policy = ExpertPolicy(scene)
+        else:
+            policy = RandomPolicy() if run.policy == "random" else ZeroPolicy()
+        for i in episodes:
+            asked = len(policy.latencies_s)
+            won, steps, frames = run_episode(scene, policy, run.seed + i, run.max_steps, keep_frames=i < run.videos)
+            log.info("%s episode %d (seed %d): %s in %d steps", run.task, i, run.seed + i,
+                     "success" if won else "failure", steps)
+            report(i, {"success": won, "steps": steps, "frames": frames, "latencies_s": policy.latencies_s[asked:]})
+    finally:
+        if scene is not None:
+            scene.close()
+        if client is not None:
+            client.close()
+
+
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
              blank_images: bool = False, setup: SceneSetup = SceneSetup(), seed: int = 1000, max_steps: int = 150,
-             videos: int = 3, wait_s: float = 10.0) -> dict:
-    """Run the episodes; write summary.json, the adapters' result files, outcomes.png and frames.png into out."""
+             videos: int = 3, wait_s: float = 10.0, num_envs: int = 1) -> dict:
+    """Run the episodes over `num_envs` environment processes; write summary.json, the adapters' result files,
+    outcomes.png and frames.png into out."""
     from DiT4DiT.evaluation.closed_loop_report import plot_outcomes, write_frame_strip, write_summary
     from DiT4DiT.evaluation.summary import summarize, write_task_result
 
     if episodes < 1:
         raise BadArgument(f"--episodes {episodes}: evaluate at least 1 episode")
-    client = None
+    check_seeds(seed, episodes)
+    at_least("--max_steps", max_steps, 1)
+    at_least("--videos", videos, 0)
+    at_least("--wait_s", wait_s, 0)
+    processes = check_num_envs(num_envs, episodes)
+    if policy_name == "server" and server is None:
+        raise BadArgument("evaluate needs --server HOST:PORT, or --policy zero|random|expert for a baseline")
     if policy_name == "server":
-        if server is None:
-            raise BadArgument("evaluate needs --server HOST:PORT, or --policy zero|random for a baseline")
-        client = connect(server, wait_s)
-        policy = ServerPolicy(client, blank_images)
+        server_address(server)  # a bad address is one line here, not one per environment process
     else:
-        policy = ZeroPolicy() if policy_name == "zero" else RandomPolicy(seed)
+        server = None
+    run = EvaluationRun(task, setup, policy_name, server, blank_images, seed, max_steps, videos, wait_s)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    scene = Scene(task, setup)
-    outcomes, lengths, strips, started = [], [], [], time.monotonic()
-    try:
-        for i in range(episodes):
-            won, steps, frames = run_episode(scene, policy, seed + i, max_steps, keep_frames=i < videos)
-            outcomes.append(won)
-            lengths.append(steps)
-            if frames:
-                strips.append(frames)
-            log.info("%s episode %d (seed %d): %s in %d steps", task, i, seed + i, "success" if won else "failure",
-                     steps)
-    finally:
-        scene.close()
-        if client is not None:
-            client.close()
+    started = time.monotonic()
+    done = run_episodes(run_episodes_here, run, [list(b) for b in blocks(episodes, processes)],
+                        describe=lambda i: f"{i} (seed {seed + i})")
     wall = time.monotonic() - started
+    results = [done.results[i] for i in range(episodes)]
+    outcomes, lengths = [r["success"] for r in results], [r["steps"] for r in results]
     label = policy_name + (" (blank images)" if blank_images else "")
-    summary = write_summary(out, SUITE, task, outcomes, lengths, latencies_s=policy.latencies_s, wall_s=wall,
-                            policy=label, server=server, max_steps=max_steps, image_size=setup.image_size,
+    summary = write_summary(out, SUITE, task, outcomes, lengths,
+                            latencies_s=[s for r in results for s in r["latencies_s"]], wall_s=wall, policy=label,
+                            server=server, max_steps=max_steps, image_size=setup.image_size,
                             seeds=[seed, seed + episodes - 1], cameras=list(setup.cameras),
-                            goal_marker=setup.goal_marker, hand_start=setup.hand_start, goal_set=setup.goal_set)
+                            goal_marker=setup.goal_marker, hand_start=setup.hand_start, goal_set=setup.goal_set,
+                            num_envs=processes, retried_episodes=done.retried)
     write_task_result(out, SUITE, task, outcomes)
     summarize(out)
     plot_outcomes(out / "outcomes.png", outcomes, lengths, max_steps, f"{task}, {label}")
+    strips = [r["frames"] for r in results if r["frames"]]
     if strips:
         write_frame_strip(out / "frames.png", strips)
     return summary
@@ -449,17 +535,20 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--episodes", type=int, default=50)
     e.add_argument("--out", type=Path, required=True, help="folder for summary.json, plots and result files")
     e.add_argument("--server", help="HOST:PORT of `python -m DiT4DiT.serving.server`")
-    e.add_argument("--policy", default="server", choices=("server", "zero", "random"))
+    e.add_argument("--policy", default="server", choices=POLICIES,
+                   help="server, or a baseline: zero (holds still), random, expert (Meta-World's scripted expert)")
     e.add_argument("--blank_images", action="store_true", help="send black frames (does the model use its cameras?)")
     add_scene_options(e)
     e.add_argument("--seed", type=int, default=1000, help="episode i uses seed SEED + i (collect uses 0..)")
     e.add_argument("--max_steps", type=int, default=150, help="steps before an episode counts as a failure")
     e.add_argument("--videos", type=int, default=3, help="episodes shown in frames.png")
     e.add_argument("--wait_s", type=float, default=10.0, help="how long to wait for the server to accept")
+    e.add_argument("--num_envs", type=int, default=1,
+                   help="environment processes, each with its own simulator and server connection; the episodes are "
+                        "split into contiguous blocks, and the results are those of --num_envs 1")
     commands.add_parser("tasks", help="list the Meta-World v3 tasks")
     args = parser.parse_args(argv)
     configure_logging()
-    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL logs at INFO that an optional module is absent
     try:
         if args.command == "tasks":
             print("\n".join(task_names()))
@@ -470,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
                                blank_images=args.blank_images, setup=scene_setup(args), seed=args.seed,
-                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s)
+                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s,
+                               num_envs=args.num_envs)
             low, high = summary["ci95"]
             print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
                   f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "

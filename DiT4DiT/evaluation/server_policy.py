@@ -14,15 +14,21 @@ from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
 
 
+def server_address(server: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT, or a BadArgument naming it."""
+    host, _, port = server.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise BadArgument(f"--server {server!r}: give HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:10093")
+    return host, int(port)
+
+
 def connect(server: str, wait_s: float):
     """A PolicyClient for HOST:PORT, or a SimulatorError saying how to start a server."""
     from DiT4DiT.serving.client import PolicyClient
 
-    host, _, port = server.rpartition(":")
-    if not host or not port.isdigit():
-        raise BadArgument(f"--server {server!r}: give HOST:PORT, e.g. 127.0.0.1:10093")
+    host, port = server_address(server)
     try:
-        return PolicyClient(host, int(port), wait_s=wait_s, retry_s=min(1.0, wait_s))
+        return PolicyClient(host, port, wait_s=wait_s, retry_s=min(1.0, wait_s))
     except (TimeoutError, OSError) as error:
         reason = str(error) if isinstance(error, TimeoutError) else f"cannot reach the policy server at {server} ({error})"
         raise SimulatorError(f"{reason}; start one with "

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from DiT4DiT.atomic_files import atomic_write
 from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.training.closed_loop_eval import METRIC_PREFIX as EVALUATION_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ LOSS_CURVE_FILE = "loss_curve.png"
 # The original DiT4DiT's wandb names for metrics we name otherwise: wandb carries both, so dashboards built on
 # the original's runs keep working (two extra charts, not a copy of every chart). metrics.jsonl keeps ours.
 ORIGINAL_NAMES = {"action_loss": "action_dit_loss", "eval_action_mse": "mse_score"}
+WANDB_EVALUATION = "closed_loop/"  # closed-loop results in wandb, where closed_loop/step is their step axis
 
 
 def wandb_mode(cfg: DictConfig) -> str:
@@ -118,6 +120,8 @@ class MetricsLogger:
                 config=OmegaConf.to_container(cfg, resolve=True),
                 resume="allow",
             )
+            # Closed-loop results arrive after later steps were logged: they carry their own step axis.
+            self.wandb_run.define_metric(f"{WANDB_EVALUATION}*", step_metric=f"{WANDB_EVALUATION}step")
 
     def record(self, values: dict[str, float], samples: int) -> None:
         """Values of one optimizer step (losses, timings); `samples` = global samples it consumed."""
@@ -147,12 +151,22 @@ class MetricsLogger:
         return record
 
     def log(self, record: dict) -> None:
-        if "jsonl" in self.trackers:
-            with open(self.run_dir / METRICS_FILE, "a") as f:
-                f.write(json.dumps(record) + "\n")
+        self._append(record)
         if self.wandb_run is not None:
             values = {k: v for k, v in record.items() if k != "step"}
             self.wandb_run.log(with_original_names(values, self.future_video_scale), step=record["step"])
+
+    def log_evaluation(self, record: dict) -> None:
+        """A closed-loop result, tagged with the (earlier) step of the checkpoint it evaluated: in metrics.jsonl as
+        it is, in wandb under closed_loop/ against closed_loop/step (wandb drops a step below its last one)."""
+        self._append(record)
+        if self.wandb_run is not None:
+            self.wandb_run.log({f"{WANDB_EVALUATION}{k.removeprefix(EVALUATION_PREFIX)}": v for k, v in record.items()})
+
+    def _append(self, record: dict) -> None:
+        if "jsonl" in self.trackers:
+            with open(self.run_dir / METRICS_FILE, "a") as f:
+                f.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
         self.bar.close()
@@ -188,7 +202,8 @@ def trim_metrics(run_dir: Path, step: int) -> None:
 
 
 def plot_loss_curve(run_dir: Path) -> Path | None:
-    """loss_curve.png from metrics.jsonl: one line per loss, eval MSE as points."""
+    """loss_curve.png from metrics.jsonl: one line per loss, eval MSE as points; below, when the run has them, the
+    closed-loop success rates with their 95% intervals."""
     records = read_metrics(run_dir)
     if not records:
         return None
@@ -197,18 +212,34 @@ def plot_loss_curve(run_dir: Path) -> Path | None:
     matplotlib.use("Agg")  # no display on training hosts
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    rate = f"{EVALUATION_PREFIX}success_rate"
+    evaluations = sorted((r for r in records if rate in r), key=lambda r: r["step"])
+    fig, axes = plt.subplots(2 if evaluations else 1, 1, figsize=(7, 6.5 if evaluations else 4), dpi=110,
+                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": [3, 2][:1 + bool(evaluations)]})
+    ax = axes[0, 0]
     keys = sorted({k for r in records for k in r if k.endswith("loss") or k == "eval_action_mse"})
     for key in keys:
         points = [(r["step"], r[key]) for r in records if key in r]
         style = "o" if key == "eval_action_mse" else "-"
         ax.plot(*zip(*points), style, label=key, markersize=4)
-    ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.set_yscale("log")
     ax.set_title(run_dir.name)
     ax.grid(alpha=0.3)
     ax.legend()
+    if evaluations:
+        ax = axes[1, 0]
+        steps = [r["step"] for r in evaluations]
+        rates = [r[rate] for r in evaluations]
+        below = [r[rate] - r[f"{EVALUATION_PREFIX}ci95_low"] for r in evaluations]
+        above = [r[f"{EVALUATION_PREFIX}ci95_high"] - r[rate] for r in evaluations]
+        ax.errorbar(steps, rates, yerr=[below, above], fmt="o-", capsize=3, color="tab:green",
+                    label="closed-loop success (95% interval)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("success rate")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    axes[-1, 0].set_xlabel("optimizer step")
     fig.tight_layout()
     path = run_dir / LOSS_CURVE_FILE
     fig.savefig(path)

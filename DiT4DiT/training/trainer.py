@@ -33,7 +33,7 @@ from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, modu
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.tools.export_checkpoint import original_server_note
-from DiT4DiT.training import heartbeat, preemption, replicas, resources, resume as resumption
+from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save_config
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
@@ -143,12 +143,14 @@ class Trainer:
         self.batches = iterate_batches(train_set, self.batch_order, start_micro_step, data_cfg.num_workers, collate_fn)
         self.window = DeviceWindow()  # every rank sums its values on the device
         self.eval_batch, self.logger = None, None  # the main process evaluates and writes the metrics
+        self.closed_loop = None  # trainer.closed_loop_eval's side processes, started by the main process
         if is_main:
             if eval_set is not None:
                 self.eval_batch = fixed_eval_batch(eval_set, data_cfg.per_device_batch_size, cfg.seed)
             if resume:
                 trim_metrics(self.run_dir, self.start_step)
             self.logger = MetricsLogger(cfg, self.run_dir, self.start_step)
+            self.closed_loop = closed_loop_eval.evaluator(cfg, self.run_dir, self.logger)
             self.banner(len(train_set))
 
     @property
@@ -167,6 +169,8 @@ class Trainer:
             # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
             # interpreter's exit could not stop them if the iterator were still alive then.
             cleanup.callback(self.batches.close)
+            if self.closed_loop is not None:  # before the logger closes: the last result still reaches it
+                cleanup.push(self.closed_loop.close)
             loop_start = time.perf_counter()
             for step in range(self.start_step, last):
                 data_start = time.perf_counter()
@@ -186,6 +190,8 @@ class Trainer:
                 stopping = stop.agreed() and done < last
                 if due(done, settings.save_interval, last) or stopping:
                     self.checkpointer.save(done, self.model, self.optimizer, self.scheduler)
+                if self.closed_loop is not None:
+                    self.closed_loop.step(done)
                 if stopping:
                     raise preemption.Preempted(stop.signal_name, done, self.checkpointer.state_dir(done))
             self.save_final_model()

@@ -1,0 +1,257 @@
+"""Success rate during training: every `trainer.closed_loop_eval.interval` steps a side process serves the
+checkpoint just saved and runs Meta-World episodes against it, while training goes on.
+
+The trainer (main process) starts at most one evaluation at a time, collects each when it ends (metrics.jsonl,
+wandb, the loss plot's second panel, tagged with the step of its checkpoint), and at the run's end waits for the
+last one or cancels it, with a line either way. The side process is this module's `main()`:
+
+    python -m DiT4DiT.training.closed_loop_eval --ckpt RUN/checkpoints/steps_N_pytorch_model.pt --step N \
+        --out RUN/closed_loop/steps_N --task handle-press-v3 --episodes 10 [...] [-- EVALUATE_OPTIONS]
+
+It starts `DiT4DiT.serving.server` on the checkpoint (on a free loopback port, the configured device), runs
+`DiT4DiT.evaluation.metaworld evaluate` in the simulator's Python against it, and stops the server; OUT gets the
+evaluation's files (summary.json first) and server.log / evaluate.log. Nothing here imports torch: the side
+process's own cost is the server's and the simulator's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.errors import DiT4DiTError
+
+log = logging.getLogger("dit4dit.closed_loop")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
+OUT_FOLDER = "closed_loop"  # RUN/closed_loop/steps_N/
+SERVER_READY = re.compile(r"serving DiT4DiT on ws://127\.0\.0\.1:(\d+)")
+SERVER_START_S = 600  # loading a checkpoint on a loaded CPU host can take minutes
+NICENESS = 10
+METRIC_PREFIX = "closed_loop_"  # of the keys in metrics.jsonl; wandb shows them as closed_loop/<name>
+
+
+class ClosedLoopEvalError(DiT4DiTError):
+    """The side process could not evaluate (a server that does not start, a simulator error)."""
+
+
+def simulator_python(settings) -> Path:
+    return Path(settings.python) if settings.python else DEFAULT_PYTHON
+
+
+def check_config(cfg) -> None:
+    """ConfigError for trainer.closed_loop_eval settings that cannot work, before anything is written."""
+    settings, trainer = cfg.trainer.closed_loop_eval, cfg.trainer
+    if not settings.interval:
+        return
+    if settings.interval % trainer.save_interval:
+        raise ConfigError(f"trainer.closed_loop_eval.interval={settings.interval} is not a multiple of "
+                          f"trainer.save_interval={trainer.save_interval}: it evaluates the checkpoint saved at its "
+                          "step; make it a multiple")
+    python = simulator_python(settings)
+    if not python.is_file():
+        raise ConfigError(f"trainer.closed_loop_eval.python: '{python}' does not exist; build the simulator's "
+                          "environment with `make sim-env`, or point the key at its Python")
+    from DiT4DiT.evaluation.errors import BadArgument
+    from DiT4DiT.evaluation.metaworld import add_scene_options, scene_setup
+
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    add_scene_options(parser)
+    try:
+        options, unknown = parser.parse_known_args(shlex.split(settings.evaluate_options or ""))
+        if unknown:
+            raise ValueError(f"{' '.join(unknown)} is not a scene option ({', '.join(scene_option_names(parser))})")
+        scene_setup(options)
+    except (argparse.ArgumentError, BadArgument, ValueError) as error:
+        raise ConfigError(f"trainer.closed_loop_eval.evaluate_options={settings.evaluate_options!r}: {error}; give "
+                          "the scene options the demos were collected with, e.g. '--image_size 32'") from None
+
+
+def scene_option_names(parser: argparse.ArgumentParser) -> list[str]:
+    return [name for action in parser._actions for name in action.option_strings]
+
+
+def due(step: int, interval: int, last: int) -> bool:
+    return step % interval == 0 or step == last
+
+
+class ClosedLoopEvaluator:
+    """The trainer's side: one side process at a time, its result logged when it ends (main process only)."""
+
+    def __init__(self, settings, run_dir: Path, last_step: int, record, wait_limit_s: float):
+        """`record(dict)` writes a result tagged with its step (MetricsLogger.log_evaluation); at the end the main
+        process waits at most `wait_limit_s`, as the other ranks wait for it at the closing barrier."""
+        self.settings, self.run_dir, self.last_step, self.record = settings, run_dir, last_step, record
+        self.wait_limit_s = wait_limit_s
+        self.running: tuple[int, subprocess.Popen, Path, float] | None = None  # step, process, out, start time
+
+    def step(self, done: int) -> None:
+        """After step `done` (and its save): log a finished evaluation; start one on this step's checkpoint when
+        it is due."""
+        self.collect()
+        if not due(done, self.settings.interval, self.last_step):
+            return
+        if self.running is not None:
+            log.warning("closed-loop evaluation of step %d still running: step %d's checkpoint is not evaluated "
+                        "(raise trainer.closed_loop_eval.interval, or lower episodes)", self.running[0], done)
+            return
+        self.start(done)
+
+    def start(self, step: int) -> None:
+        s = self.settings
+        ckpt = self.run_dir / "checkpoints" / f"steps_{step}_pytorch_model.pt"
+        out = self.run_dir / OUT_FOLDER / f"steps_{step}"
+        out.mkdir(parents=True, exist_ok=True)
+        # At nice 10 (inherited by its server and simulators): on a busy host the trainer keeps its CPU share.
+        command = ["nice", "-n", str(NICENESS), sys.executable, "-m", "DiT4DiT.training.closed_loop_eval",
+                   "--ckpt", str(ckpt), "--step", str(step), "--out", str(out), "--task", s.task, "--episodes",
+                   str(s.episodes), "--max_steps", str(s.max_steps), "--seed", str(s.seed), "--num_envs",
+                   str(s.num_envs), "--device", s.device, "--python", str(simulator_python(s)), "--",
+                   *shlex.split(s.evaluate_options or "")]
+        env = dict(os.environ, OMP_NUM_THREADS=str(s.threads), PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        with (out / "side_process.log").open("w") as output:
+            # A session of its own: cancelling stops the server and the simulators with it.
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        self.running = step, process, out, time.monotonic()
+        log.info("closed-loop evaluation of step %d started (pid %d, %d episodes of %s) -> %s", step, process.pid,
+                 s.episodes, s.task, out)
+
+    def collect(self) -> None:
+        if self.running is None or self.running[1].poll() is None:
+            return
+        step, process, out, started = self.running
+        self.running = None
+        summary = out / "summary.json"
+        if process.returncode != 0 or not summary.is_file():
+            lines = (out / "side_process.log").read_text(errors="replace").strip().splitlines()
+            reason = next((line for line in reversed(lines) if line.startswith("error:")), (lines or ["no output"])[-1])
+            log.warning("closed-loop evaluation of step %d failed (exit %s): %s; see %s", step, process.returncode,
+                        reason, out / "side_process.log")
+            return
+        result = json.loads(summary.read_text())
+        low, high = result["ci95"]
+        self.record({"step": step, f"{METRIC_PREFIX}success_rate": result["success_rate"],
+                     f"{METRIC_PREFIX}ci95_low": low, f"{METRIC_PREFIX}ci95_high": high,
+                     f"{METRIC_PREFIX}episodes": result["episodes"],
+                     f"{METRIC_PREFIX}wall_s": round(time.monotonic() - started, 1)})
+        log.info("closed loop at step %d: %s %d/%d = %.0f%% (95%% interval %.0f-%.0f%%)", step, result["task"],
+                 result["successes"], result["episodes"], 100 * result["success_rate"], 100 * low, 100 * high)
+
+    def close(self, exc_type=None, exc=None, traceback=None) -> None:
+        """At the run's end (an ExitStack exit callback): wait for the last evaluation (at_end=wait, a run that
+        ended normally) or cancel it; a line says which."""
+        if self.running is None:
+            return
+        step, process = self.running[0], self.running[1]
+        reason = "the run stopped early" if exc_type is not None else "trainer.closed_loop_eval.at_end=cancel"
+        if exc_type is None and self.settings.at_end == "wait" and process.poll() is None:
+            log.info("training done; waiting for the closed-loop evaluation of step %d (trainer.closed_loop_eval."
+                     "at_end=wait)", step)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=self.wait_limit_s)
+            reason = f"not done within {self.wait_limit_s:.0f} s, 80% of trainer.collective_timeout_s"
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+            self.running = None
+            log.warning("cancelled the closed-loop evaluation of step %d (%s)", step, reason)
+            return
+        self.collect()
+
+
+def evaluator(cfg, run_dir: Path, logger) -> ClosedLoopEvaluator | None:
+    """The run's evaluator, or None when trainer.closed_loop_eval.interval is 0 (off)."""
+    settings = cfg.trainer.closed_loop_eval
+    if not settings.interval:
+        return None
+    return ClosedLoopEvaluator(settings, run_dir, cfg.trainer.max_train_steps, logger.log_evaluation,
+                               wait_limit_s=0.8 * cfg.trainer.collective_timeout_s)
+
+
+# -- the side process -------------------------------------------------------------------------------------------
+
+def start_server(ckpt: Path, device: str, out: Path) -> tuple[subprocess.Popen, int]:
+    """The policy server on `ckpt`, on a free loopback port, and that port once it listens."""
+    log_path = out / "server.log"
+    with log_path.open("w") as output:
+        server = subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", "--ckpt", str(ckpt), "--host",
+                                   "127.0.0.1", "--port", "0", "--device", device], stdout=output,
+                                  stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        found = SERVER_READY.search(log_path.read_text(errors="replace"))
+        if found:
+            return server, int(found.group(1))
+        if server.poll() is not None:
+            lines = log_path.read_text(errors="replace").strip().splitlines() or ["no output"]
+            raise ClosedLoopEvalError(f"the policy server on {ckpt} exited ({server.returncode}): {lines[-1]}")
+        time.sleep(0.5)
+    server.terminate()
+    raise ClosedLoopEvalError(f"the policy server on {ckpt} did not listen within {SERVER_START_S} s; see {log_path}")
+
+
+def side_process(args: argparse.Namespace, evaluate_options: list[str]) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    server, port = start_server(Path(args.ckpt), args.device, out)
+    # SIGTERM (a cancel) reaches the whole session; stopping here too lets the server go first.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        with (out / "evaluate.log").open("w") as output:
+            code = subprocess.call([args.python, "-m", "DiT4DiT.evaluation.metaworld", "evaluate", "--server",
+                                    f"127.0.0.1:{port}", "--wait_s", "60", "--task", args.task, "--episodes",
+                                    str(args.episodes), "--max_steps", str(args.max_steps), "--seed", str(args.seed),
+                                    "--num_envs", str(args.num_envs), "--videos", "1", "--out", str(out),
+                                    *evaluate_options], cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    if code:
+        lines = (out / "evaluate.log").read_text(errors="replace").strip().splitlines() or ["no output"]
+        raise ClosedLoopEvalError(f"the Meta-World evaluation exited with {code}: {lines[-1]}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from DiT4DiT.logging_setup import configure_logging
+
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.training.closed_loop_eval",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--step", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--episodes", type=int, required=True)
+    parser.add_argument("--max_steps", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--num_envs", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--python", default=str(DEFAULT_PYTHON), help="the simulator environment's Python")
+    args = parser.parse_args(argv[:split])
+    configure_logging()
+    try:
+        return side_process(args, argv[split + 1:])
+    except DiT4DiTError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""trainer.closed_loop_eval (DiT4DiT/training/closed_loop_eval.py) without a simulator: its config errors as bad-input
+rows, the loss plot's second panel, and the end of a run waiting for or cancelling a side process that is still
+running. The whole chain (a tiny Meta-World run whose side process serves its checkpoint and runs episodes) is
+tests/test_closed_loop_metaworld.py::test_training_logs_closed_loop_success_rates_from_a_side_process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator
+from DiT4DiT.training.metrics import plot_loss_curve
+from helpers.bad_inputs import BadInput, check_bad_input
+
+ON = ("--trainer.closed_loop_eval.interval=2", "--trainer.save_interval=2", "--trainer.max_train_steps=4",
+      f"--trainer.closed_loop_eval.python={sys.executable}")
+ROWS = [
+    BadInput("interval not a multiple of save_interval", (*ON, "--trainer.closed_loop_eval.interval=3"), 2,
+             ("trainer.closed_loop_eval.interval=3", "multiple of trainer.save_interval=2")),
+    BadInput("no simulator python", (*ON, "--trainer.closed_loop_eval.python={tmp}/nowhere/python"), 2,
+             ("trainer.closed_loop_eval.python", "nowhere/python' does not exist", "make sim-env")),
+    BadInput("scene option out of range", (*ON, "--trainer.closed_loop_eval.evaluate_options='--image_size 0'"), 2,
+             ("trainer.closed_loop_eval.evaluate_options='--image_size 0'", "render 16 to 480 pixels")),
+    BadInput("not a scene option", (*ON, "--trainer.closed_loop_eval.evaluate_options='--episodes 5'"), 2,
+             ("evaluate_options='--episodes 5'", "--episodes 5 is not a scene option", "--image_size")),
+    BadInput("unknown task-side key", (*ON, "--trainer.closed_loop_eval.at_end=later"), 2,
+             ("trainer.closed_loop_eval.at_end", "'later' is not one of")),
+]
+
+
+@pytest.mark.parametrize("case", ROWS, ids=str)
+def test_bad_closed_loop_settings_are_one_line_before_anything_is_written(case, tmp_path, capsys):
+    check_bad_input(case, tmp_path, capsys)
+
+
+def test_the_loss_plot_gets_a_success_rate_panel_only_when_the_run_has_rates(tmp_path):
+    from PIL import Image
+
+    losses = [{"step": s, "total_loss": 1.0 / s, "action_loss": 0.5 / s} for s in range(1, 11)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in losses))
+    one_panel = np.asarray(Image.open(plot_loss_curve(tmp_path)).convert("RGB"))
+    rates = [{"step": 5, "closed_loop_success_rate": 0.2, "closed_loop_ci95_low": 0.06, "closed_loop_ci95_high": 0.51,
+              "closed_loop_episodes": 10},
+             {"step": 10, "closed_loop_success_rate": 0.7, "closed_loop_ci95_low": 0.4, "closed_loop_ci95_high": 0.89,
+              "closed_loop_episodes": 10}]
+    # Written as they arrive: a result comes after later steps' records.
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*losses[:7], rates[0], *losses[7:],
+                                                                                    rates[1]]))
+    two_panels = np.asarray(Image.open(plot_loss_curve(tmp_path)).convert("RGB"))
+    assert two_panels.shape[0] > one_panel.shape[0] and two_panels.shape[1] == one_panel.shape[1]
+    green = (two_panels[..., 1].astype(int) - np.maximum(two_panels[..., 0], two_panels[..., 2])) > 60
+    rows = np.nonzero(green.any(axis=1))[0]
+    assert rows.size and rows.min() > two_panels.shape[0] * 0.5  # the rates are drawn in the lower panel
+    assert not ((one_panel[..., 1].astype(int) - np.maximum(one_panel[..., 0], one_panel[..., 2])) > 60).any()
+
+
+def settings(**changes) -> SimpleNamespace:
+    values = dict(interval=2, task="handle-press-v3", episodes=2, max_steps=10, seed=1000, num_envs=1, device="cpu",
+                  threads=1, python=sys.executable, evaluate_options="", at_end="wait")
+    return SimpleNamespace(**{**values, **changes})
+
+
+def still_running(evaluator: ClosedLoopEvaluator, tmp_path, step: int) -> subprocess.Popen:
+    """A side process that outlives the run: a session of its own with a child, as the real one has its server."""
+    process = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.call(['sleep', '300'])"],
+                               start_new_session=True)
+    evaluator.running = step, process, tmp_path, time.monotonic()
+    return process
+
+
+def session_members(session: int) -> list[int]:
+    found = []
+    for stat in os.listdir("/proc"):
+        if stat.isdigit():
+            try:
+                with open(f"/proc/{stat}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                found.append(int(stat))
+    return found
+
+
+@pytest.mark.parametrize("at_end, failed, reason", [
+    ("cancel", False, "trainer.closed_loop_eval.at_end=cancel"),
+    ("wait", True, "the run stopped early"),
+    ("wait", False, "not done within 1 s, 80% of trainer.collective_timeout_s"),
+])
+def test_an_evaluation_still_running_at_the_end_is_cancelled_with_a_line(tmp_path, caplog, at_end, failed, reason):
+    recorded = []
+    evaluator = ClosedLoopEvaluator(settings(at_end=at_end), tmp_path, 4, recorded.append, wait_limit_s=1)
+    process = still_running(evaluator, tmp_path, 4)
+    with caplog.at_level(logging.INFO, logger="dit4dit.closed_loop"):
+        evaluator.close(*((RuntimeError, RuntimeError("x"), None) if failed else (None, None, None)))
+    assert process.poll() is not None
+    deadline = time.monotonic() + 30  # the child, sent SIGTERM with it, ends a moment later
+    while session_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not session_members(process.pid)
+    assert f"cancelled the closed-loop evaluation of step 4 ({reason})" in caplog.text
+    assert ("waiting for the closed-loop evaluation of step 4" in caplog.text) == (at_end == "wait" and not failed)
+    assert recorded == [] and evaluator.running is None
+
+
+def test_a_due_step_while_an_evaluation_runs_is_skipped_with_a_line(tmp_path, caplog):
+    recorded = []
+    evaluator = ClosedLoopEvaluator(settings(), tmp_path, 10, recorded.append, wait_limit_s=1)
+    process = still_running(evaluator, tmp_path, 2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="dit4dit.closed_loop"):
+            evaluator.step(3)  # not due
+            evaluator.step(4)
+        assert "closed-loop evaluation of step 2 still running: step 4's checkpoint is not evaluated" in caplog.text
+        assert evaluator.running[0] == 2
+    finally:
+        os.killpg(process.pid, 9)
+        process.wait()
