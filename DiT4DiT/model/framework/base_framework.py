@@ -121,16 +121,17 @@ def run_config_overrides(config_path: Path, checkpoint: Path, raw: DictConfig) -
     return [f"{key}={value}" for key, value in inferred.items()]
 
 
-def load_run_config(checkpoint: str | Path, base_model: str | Path | None = None) -> DictConfig:
+def load_run_config(checkpoint: str | Path, base_model: str | Path | None = None,
+                    overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes, with
-    `base_model` (default: $DIT4DIT_BASE_MODEL) as its snapshot when given; that base model folder (frozen
-    modules reload from it) must be complete."""
+    `base_model` (default: $DIT4DIT_BASE_MODEL) as its snapshot when given and then `overrides` (dotlist); that
+    base model folder (frozen modules reload from it) must be complete."""
     checkpoint = Path(checkpoint)
     share_tools.read_mode_config(checkpoint)  # both run files present, or a clear error
     config_path = checkpoint.parents[1] / "config.yaml"
     raw = OmegaConf.load(config_path)
     base = base_model_override(config_path, raw, base_model or os.environ.get(BASE_MODEL_ENV))
-    config = load_config(config_path, run_config_overrides(config_path, checkpoint, raw) + base)
+    config = load_config(config_path, [*run_config_overrides(config_path, checkpoint, raw), *base, *overrides])
     problems = pipeline_folder_problems(config.framework.cosmos25.base_model)
     if problems:
         raise RunFolderError(f"{config_path}: " + " | ".join(problems))
