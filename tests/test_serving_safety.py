@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +215,64 @@ def test_the_server_on_a_hostile_run_folder_exits_with_one_line_naming_the_file(
     assert not missing, f"{missing} not in: {lines[0]}"
     assert str(run) in lines[0]
     assert not marker.exists()
+
+
+def test_a_header_with_non_ascii_bytes_is_refused_with_401_not_a_500(tiny_policy):
+    with running_server(tiny_policy, token="s3cret") as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+            raw.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                        b"Authorization: Api-Key s\xc3\xa9cret\xff\r\n\r\n")
+            status = raw.recv(4096).split(b"\r\n")[0]
+        assert status.startswith(b"HTTP/1.1 401"), status
+        assert ask(server.port, raw_pack({"type": "ping"}), {"Authorization": "Api-Key s3cret"})["ok"] is True
+
+
+def test_a_token_that_is_not_printable_ascii_is_refused_at_start_and_help_says_prefer_the_variable(tmp_path):
+    from DiT4DiT.serving.server import main
+
+    env = {k: v for k, v in os.environ.items() if k != wire.TOKEN_ENV}
+    result = call_main(main, ["--ckpt", str(tmp_path / "x.pt"), "--token", "sécret"], env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "holds characters other than printable ASCII" in result.stderr
+    help_text = " ".join(build_parser().format_help().split())
+    assert "/proc/PID/cmdline" in help_text and f"Prefer setting ${wire.TOKEN_ENV}" in help_text
+
+
+def test_refused_connections_are_logged_at_most_once_an_interval_with_their_count(tiny_policy, caplog):
+    with caplog.at_level(logging.WARNING, logger="dit4dit.serve"):
+        with running_server(tiny_policy, token="s3cret") as server:
+            for _ in range(40):
+                with pytest.raises(InvalidStatus):
+                    connect(f"ws://127.0.0.1:{server.port}", proxy=None)
+    counts = [int(re.match(r"(\d+) connection\(s\) refused", r.message).group(1))
+              for r in caplog.records if "connection(s) refused" in r.message]
+    assert sum(counts) == 40  # every refusal counted; the rest of the interval's are said when the server stops
+    assert len(counts) < 10, counts  # one line per 10 s, not one per refusal (1,223 lines in the probe)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_server_at_once_and_answers_the_request_still_waiting(tiny_ckpt):
+    # The request waits up to 10 s for others to join its forward; SIGTERM must not wait for it.
+    with served(tiny_ckpt, "--max_wait_ms", "10000", "--max_forward_batch", "8") as (process, port, lines):
+        outcome: list = []
+
+        def waiting_client():
+            try:
+                with PolicyClient("127.0.0.1", port, wait_s=30) as client:
+                    outcome.append(client.predict_action({"examples": [example()], "request_id": "w"}))
+            except websockets.ConnectionClosed as closed:
+                outcome.append(closed)
+
+        thread = threading.Thread(target=waiting_client)
+        thread.start()
+        while not any("connection from" in line and "opened" in line for line in lines):
+            lines.append(process.stderr.readline())
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=60)
+        thread.join(timeout=60)
+    assert process.returncode == 0, "".join(lines) + rest
+    assert "stopped" in rest
+    (answer,) = outcome
+    if isinstance(answer, dict):  # answered before the connection closed
+        assert answer["ok"] is False and "stopped before answering" in answer["error"]["message"]
