@@ -146,7 +146,8 @@ class PolicyServer:
             return None
         sent = request.headers.get("Authorization", "")
         scheme, _, value = sent.partition(" ")
-        # Bytes on both sides: the header may hold any character (compare_digest refuses non-ASCII text).
+        # websockets decodes header bytes with surrogateescape; encoded back the same way any header compares
+        # (a strict encode raised on non-ASCII bytes, and the client got HTTP 500).
         if scheme.lower() in ("api-key", "bearer") and hmac.compare_digest(value.encode("utf-8", "surrogateescape"),
                                                                            self._token.encode()):
             return None
