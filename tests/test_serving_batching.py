@@ -4,6 +4,8 @@ queue is an error reply."""
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 
 import numpy as np
@@ -92,13 +94,25 @@ def test_a_full_queue_is_an_error_reply_and_the_waiting_request_is_still_answere
             first.update(client.predict_action({"examples": [seeded(0)]}))
 
     with running_server(tiny_policy, max_queue=1, max_forward_batch=8, max_wait_ms=4000) as server:
-        waiting = threading.Thread(target=first_request, args=(server.port,))
-        waiting.start()
         with PolicyClient("127.0.0.1", server.port, wait_s=30) as client:
-            # The first request waits up to 4 s for others; while it waits the queue is full.
+            # With this connection open, the first request waits up to 4 s for its request; meanwhile the queue
+            # is full.
+            waiting = threading.Thread(target=first_request, args=(server.port,))
+            waiting.start()
             while not server._batcher._waiting and waiting.is_alive():
                 threading.Event().wait(0.01)
             with pytest.raises(ServerError, match=r"the server is busy: 1 requests wait .*--max_queue 1.*retry later"):
                 client.infer([seeded(1)])
         waiting.join(timeout=120)
     assert first["ok"] is True and first["data"]["actions"].shape[0] == 1
+
+
+def test_a_lone_client_never_waits_for_others(tiny_policy, caplog):
+    # One connection can have one request in flight: with a 60 s --max_wait_ms nothing more can join its forward.
+    with caplog.at_level(logging.INFO, logger="dit4dit.serve"):
+        with running_server(tiny_policy, max_wait_ms=60_000) as server:
+            with PolicyClient("127.0.0.1", server.port, wait_s=30) as client:
+                assert client.infer([seeded(0)])["actions"].shape[0] == 1
+    (line,) = [r.message for r in caplog.records if "forward of" in r.message]
+    waited = float(re.search(r"waited ([\d.]+) ms", line).group(1))
+    assert waited < 30_000, line  # far below the 60 s the wait allows

@@ -2,9 +2,10 @@
 
 A forward takes the oldest waiting request and, in arrival order, every other waiting request whose examples
 stack with it (same image shape, state in all or none), up to `max_forward_batch` examples; a request is never
-split, so one larger than that runs alone. Once the oldest request has waited `max_wait_s` (0: not at all) the
-forward starts with what is there: requests that arrive while the model is busy are gathered anyway, so on a
-loaded server batches form without any wait. Each request gets back its own rows of the forward's outputs.
+split, so one larger than that runs alone. Requests that arrive while the model is busy are gathered anyway.
+Before a forward the oldest request waits for the other connections' requests, up to `max_wait_s`: a connection
+has at most one request in flight, so once every open connection has one waiting nothing more can come and the
+forward starts at once. A lone client therefore never waits. Each request gets back its own rows of the outputs.
 A forward that fails is run again one request at a time, so a request that breaks the model fails alone.
 
 The model thread is a daemon thread: stopping the server (SIGTERM) never waits for a forward in progress; the
@@ -67,6 +68,7 @@ class Batcher:
         self._waiting: deque[_Request] = deque()
         self._changed = threading.Condition()
         self._stopped = False
+        self._connections = 0  # open connections: each may add one more request
         self._running: list[_Request] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._serve, name="policy", daemon=True)
@@ -86,6 +88,12 @@ class Batcher:
             self._waiting.append(request)
             self._changed.notify()
         return await request.future, request.timing
+
+    def connected(self, change: int) -> None:
+        """A connection opened (+1) or closed (-1)."""
+        with self._changed:
+            self._connections += change
+            self._changed.notify()
 
     def stop(self) -> None:
         """Answer every waiting and running request with ServerStopping; the model thread ends after its forward."""
@@ -112,8 +120,8 @@ class Batcher:
                 return None
             oldest = self._waiting[0]
             deadline = oldest.timing.queued + self.max_wait_s
-            while (not self._stopped and self._gatherable(oldest.key) < self.max_forward_batch
-                   and time.perf_counter() < deadline):
+            while (not self._stopped and len(self._waiting) < self._connections
+                   and self._gatherable(oldest.key) < self.max_forward_batch and time.perf_counter() < deadline):
                 self._changed.wait(deadline - time.perf_counter())
             if self._stopped:
                 return None

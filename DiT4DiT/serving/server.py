@@ -157,14 +157,17 @@ class PolicyServer:
     async def _connection(self, websocket: ServerConnection) -> None:
         peer = websocket.remote_address
         log.info("connection from %s opened", peer)
-        await websocket.send(self._metadata)
+        self._batcher.connected(+1)
         try:
+            await websocket.send(self._metadata)
             async for frame in websocket:
                 self._last_message = time.monotonic()
                 await websocket.send(self._packed(await self._guarded_answer(frame, peer)))
         except websockets.ConnectionClosed as closed:
             log.info("connection from %s closed: %s", peer, closed)
             return
+        finally:
+            self._batcher.connected(-1)
         log.info("connection from %s closed", peer)
 
     async def _guarded_answer(self, frame, peer) -> dict:
