@@ -152,6 +152,16 @@ BAD_REQUESTS = {
     "300 views": (raw_pack({"examples": [example(image=[np.zeros((32, 32 * 300, 3), np.uint8)])]}), "with 1 to 3 views"),
     "30 frames": (raw_pack({"examples": [example(image=[np.zeros(IMAGE, np.uint8)] * 30)]}), "at most 5"),
     "huge instruction": (raw_pack({"examples": [example(lang="pick " * 200_000)]}), "lang is 1000000 characters"),
+    # Non-finite pixels were answered ok: true with NaN actions.
+    "image with NaN": (raw_pack({"examples": [example(image=[np.full(IMAGE, np.nan, np.float32)])]}),
+                       r"image\[0\] holds NaN or infinite values"),
+    "image with infinity": (raw_pack({"examples": [example(image=[np.full(IMAGE, np.inf, np.float64)])]}),
+                            r"image\[0\] holds NaN or infinite values"),
+    "seed as text": (raw_pack({"examples": [{**example(), "seed": "7"}]}), "seed is '7'; a seed is an integer"),
+    "negative seed": (raw_pack({"examples": [{**example(), "seed": -1}]}), "seed is -1; a seed is an integer"),
+    "seed beyond 64 bits": (raw_pack({"examples": [{**example(), "seed": 2**64 - 1}]}), "seed is 18446744073709551615"),
+    "seed as a numpy integer": (raw_pack({"examples": [{**example(), "seed": tagged(__npgeneric__=True, data=3,
+                                                                                    dtype="<i8")}]}), None),
 }
 
 

@@ -4,12 +4,17 @@ an error reply (never a 1011 close) for every request it cannot answer."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
 import signal
+import socket
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import websockets
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
@@ -18,6 +23,7 @@ from DiT4DiT.serving import wire
 from DiT4DiT.serving.client import PolicyClient, ServerError
 from DiT4DiT.serving.server import build_parser, running_server
 from helpers.fixtures_serving import example, raw_pack, raw_unpack, served
+from helpers.in_process import call_main
 
 
 def ask(port: int, frame, headers=None) -> dict:
@@ -104,3 +110,169 @@ def test_huge_instruction_and_300_views_leave_the_server_process_rss_within_budg
         assert after - before < 64, (before, after)
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=60)
+
+
+# --- the server started on hostile run folders: one line naming the file, exit 2, never a traceback ------------
+
+def _config(text: str):
+    return lambda run, ckpt: (run / "config.yaml").write_text(text)
+
+
+def _config_edit(old: str, new: str):
+    def edit(run, ckpt):
+        path = run / "config.yaml"
+        assert old in path.read_text()
+        path.write_text(path.read_text().replace(old, new))
+    return edit
+
+
+def _billion_laughs(run, ckpt):
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    (run / "config.yaml").write_text("\n".join(lines) + "\n" + (run / "config.yaml").read_text())
+
+
+def _checkpoint_bytes(cut):
+    return lambda run, ckpt: ckpt.write_bytes(cut(ckpt.read_bytes()))
+
+
+def _checkpoint_object(obj):
+    return lambda run, ckpt: torch.save(obj, ckpt)
+
+
+def _checkpoint_linked_to_a_text_file(run, ckpt):
+    # A stand-in for /etc/passwd made by the test: never a system file.
+    passwd = run.parent / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    ckpt.unlink()
+    ckpt.symlink_to(passwd)
+
+
+def _nan_weight(run, ckpt):
+    state = torch.load(ckpt, weights_only=True)
+    name = next(n for n, t in state.items() if t.is_floating_point() and t.numel() > 1)
+    state[name][0] = float("nan")
+    torch.save(state, ckpt)
+
+
+def _statistics(text: str):
+    return lambda run, ckpt: (run / "dataset_statistics.json").write_text(text)
+
+
+HOSTILE_RUN_FOLDERS = {  # name: (damage(run_dir, checkpoint), words of the one error line)
+    "config with a python tag": (_config('run_id: !!python/object/apply:os.system ["touch {marker}"]\n'),
+                                 ("config.yaml, line 1: a YAML tag", "no tags, anchors or aliases")),
+    "config with a local tag": (_config_edit("run_id:", "run_id: !secret"), ("a YAML tag",)),
+    "config of nested anchors (billion laughs)": (_billion_laughs, ("config.yaml, line 1: a YAML anchor",)),
+    "config a list": (_config("- framework\n- datasets\n"), ("holds a list, not a mapping of config sections",)),
+    "config empty": (_config(""), ("config.yaml: holds nothing, not a mapping",)),
+    "config not UTF-8": (lambda run, ckpt: (run / "config.yaml").write_bytes(b"run_id: \xff\xfe\n"), ("not UTF-8 text",)),
+    "config of 2 MiB": (_config("# padding\n" * 200_000), ("bytes; a run's config.yaml is a few KiB",)),
+    "config that does not parse": (_config("run_id: [\n"), ("not valid YAML",)),
+    "max_sequence_length 1e8": (_config_edit("max_sequence_length: 64", "max_sequence_length: 1e8"),
+                                ("framework.cosmos25.max_sequence_length=1e8 is out of range 1..8192",)),
+    "empty checkpoint": (_checkpoint_bytes(lambda data: b""), ("not a checkpoint torch can read",)),
+    "truncated checkpoint": (_checkpoint_bytes(lambda data: data[: len(data) // 2]), ("not a checkpoint torch can read",)),
+    "checkpoint of a list": (_checkpoint_object([1, 2, 3]), ("holds a list, not a state dict of tensors",)),
+    "checkpoint of other objects": (_checkpoint_object({"weight": [1.0, 2.0]}), ("holds a dict, not a state dict",)),
+    "checkpoint linked to a passwd file": (_checkpoint_linked_to_a_text_file, ("not a checkpoint torch can read",)),
+    "weights with NaN": (_nan_weight, ("holds NaN or infinite values", "serve an earlier checkpoint")),
+    "statistics nested 100,000 deep": (_statistics("[" * 100_000 + "]" * 100_000), ("not readable JSON",)),
+    "statistics a list": (_statistics("[1, 2]"), ("expected a map of statistics tags",)),
+    "statistics not JSON": (_statistics("{'franka': nan"), ("not readable JSON",)),
+}
+
+
+@pytest.fixture
+def run_copy(tiny_ckpt, tmp_path):
+    """A copy of the tiny run folder (config.yaml, statistics, the checkpoint): (run_dir, checkpoint)."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("config.yaml", "dataset_statistics.json"):
+        shutil.copy(tiny_ckpt.parents[1] / name, run / name)
+    checkpoint = run / "checkpoints" / tiny_ckpt.name
+    shutil.copy(tiny_ckpt, checkpoint)
+    return run, checkpoint
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_RUN_FOLDERS))
+def test_the_server_on_a_hostile_run_folder_exits_with_one_line_naming_the_file(name, run_copy, tmp_path):
+    from DiT4DiT.serving.server import main
+
+    damage, words = HOSTILE_RUN_FOLDERS[name]
+    run, checkpoint = run_copy
+    marker = tmp_path / "marker"
+    config = run / "config.yaml"
+    damage(run, checkpoint)
+    if config.is_file() and config.stat().st_size < 1 << 20:
+        config.write_bytes(config.read_bytes().replace(b"{marker}", str(marker).encode()))
+    result = call_main(main, ["--ckpt", str(checkpoint), "--port", "0", "--device", "cpu"], dict(os.environ))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    missing = [word for word in words if word not in lines[0]]
+    assert not missing, f"{missing} not in: {lines[0]}"
+    assert str(run) in lines[0]
+    assert not marker.exists()
+
+
+def test_a_header_with_non_ascii_bytes_is_refused_with_401_not_a_500(tiny_policy):
+    with running_server(tiny_policy, token="s3cret") as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+            raw.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                        b"Authorization: Api-Key s\xc3\xa9cret\xff\r\n\r\n")
+            status = raw.recv(4096).split(b"\r\n")[0]
+        assert status.startswith(b"HTTP/1.1 401"), status
+        assert ask(server.port, raw_pack({"type": "ping"}), {"Authorization": "Api-Key s3cret"})["ok"] is True
+
+
+def test_a_token_that_is_not_printable_ascii_is_refused_at_start_and_help_says_prefer_the_variable(tmp_path):
+    from DiT4DiT.serving.server import main
+
+    env = {k: v for k, v in os.environ.items() if k != wire.TOKEN_ENV}
+    result = call_main(main, ["--ckpt", str(tmp_path / "x.pt"), "--token", "sécret"], env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "holds characters other than printable ASCII" in result.stderr
+    help_text = " ".join(build_parser().format_help().split())
+    assert "/proc/PID/cmdline" in help_text and f"Prefer setting ${wire.TOKEN_ENV}" in help_text
+
+
+def test_refused_connections_are_logged_at_most_once_an_interval_with_their_count(tiny_policy, caplog):
+    with caplog.at_level(logging.WARNING, logger="dit4dit.serve"):
+        with running_server(tiny_policy, token="s3cret") as server:
+            for _ in range(40):
+                with pytest.raises(InvalidStatus):
+                    connect(f"ws://127.0.0.1:{server.port}", proxy=None)
+    counts = [int(re.match(r"(\d+) connection\(s\) refused", r.message).group(1))
+              for r in caplog.records if "connection(s) refused" in r.message]
+    assert sum(counts) == 40  # every refusal counted; the rest of the interval's are said when the server stops
+    assert len(counts) < 10, counts  # one line per 10 s, not one per refusal (1,223 lines in the probe)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_server_at_once_and_answers_the_request_still_waiting(tiny_ckpt):
+    # The request waits up to 10 s for others to join its forward; SIGTERM must not wait for it.
+    with served(tiny_ckpt, "--max_wait_ms", "10000", "--max_forward_batch", "8") as (process, port, lines):
+        outcome: list = []
+
+        def waiting_client():
+            try:
+                with PolicyClient("127.0.0.1", port, wait_s=30) as client:
+                    outcome.append(client.predict_action({"examples": [example()], "request_id": "w"}))
+            except websockets.ConnectionClosed as closed:
+                outcome.append(closed)
+
+        thread = threading.Thread(target=waiting_client)
+        thread.start()
+        while not any("connection from" in line and "opened" in line for line in lines):
+            lines.append(process.stderr.readline())
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=60)
+        thread.join(timeout=60)
+    assert process.returncode == 0, "".join(lines) + rest
+    assert "stopped" in rest
+    (answer,) = outcome
+    if isinstance(answer, dict):  # answered before the connection closed
+        assert answer["ok"] is False and "stopped before answering" in answer["error"]["message"]

@@ -1,7 +1,7 @@
 """Open-loop evaluation: predicted against recorded actions on held-out episodes, with errors and plots.
 
     python -m DiT4DiT.evaluation.open_loop --ckpt RUN/checkpoints/steps_N_pytorch_model.pt \
-        --data_root_dir DIR --data_mix NAME [--episodes N] --out OUT
+        --data_root_dir DIR --data_mix NAME [--episodes N] [--base_model SNAPSHOT] --out OUT
 
 Along each episode the model predicts a chunk at steps 0, chunk, 2 x chunk, ... from the recorded observation (as a
 robot executing whole chunks would query it), in the robot's units. OUT gets `summary.json` (overall and per-joint
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
 from DiT4DiT.logging_setup import configure_logging
+from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV, load_run_config
 from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy
 
@@ -52,7 +54,8 @@ def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tup
         example = {"image": current[:1], "lang": raw.lang}
         if policy.shape.state_dim:
             state = np.zeros((1, policy.shape.state_dim), dtype=np.float32)
-            state[0, : raw.state.size] = state_normalizer.normalize(raw.state)
+            normalized = np.ravel(state_normalizer.normalize(raw.state))  # sin/cos dims come out twice as wide
+            state[0, : normalized.size] = normalized
             example["state"] = state
         examples.append(example)
         recorded.append(raw.action)
@@ -98,7 +101,7 @@ def evaluate(policy: Policy, dataset, episodes: int, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from DiT4DiT.config.schema import ConfigError, load_config
+    from DiT4DiT.config.schema import ConfigError
     from DiT4DiT.dataloader.build import build_vla_dataset
     from DiT4DiT.dataloader.errors import DataError
     from DiT4DiT.serving.device import DeviceError, select_device
@@ -115,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unnorm_key", default=None)
     parser.add_argument("--cache_dir", default=None, help="index cache (default: the run's datasets.vla_data.cache_dir)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the flow-matching noise")
+    parser.add_argument("--base_model", default=os.environ.get(BASE_MODEL_ENV),
+                        help="the local Cosmos snapshot, for a run folder made elsewhere whose recorded "
+                             f"framework.cosmos25.base_model does not exist here (default: ${BASE_MODEL_ENV})")
     args = parser.parse_args(argv)
     configure_logging()
     overrides = [f"datasets.vla_data.data_mix={args.data_mix}"]
@@ -124,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append(f"datasets.vla_data.cache_dir={args.cache_dir}")
     try:
         device = select_device(args.device)
-        policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key)
-        dataset = build_vla_dataset(load_config(Path(args.ckpt).parent.parent / "config.yaml", overrides), split="eval")
+        policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key, base_model=args.base_model)
+        # The run's config as the model loaded it (completed from the checkpoint, on the local snapshot), on this data.
+        dataset = build_vla_dataset(load_run_config(args.ckpt, args.base_model, overrides), split="eval")
         torch.manual_seed(args.seed)
         summary = evaluate(policy, dataset, args.episodes, Path(args.out))
     except (DeviceError, ConfigError, DataError, FileNotFoundError, ValueError) as error:

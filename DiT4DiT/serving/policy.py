@@ -14,6 +14,7 @@ from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.serving.layout import run_layout
+from DiT4DiT.serving.run_folder_checks import read_run_config_file
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,11 @@ class RequestError(ValueError):
 # The prompt is cut at max_sequence_length tokens; English runs about 4 characters a token, so an instruction
 # longer than this many characters per token would mostly be thrown away (and tokenising a huge one costs GBs).
 CHARS_PER_TOKEN = 4
+# The most prompt tokens a served run may ask for: the Cosmos pipeline prompts at 512, and one request's prompt
+# tensors grow with it (max_sequence_length 1e8 took 6.5 GB on one request).
+MAX_SERVED_SEQUENCE_LENGTH = 8192
+# A per-example noise seed (an example's "seed"): what torch.Generator.manual_seed takes.
+SEED_RANGE = (0, 2**63 - 1)
 # Views side by side when the run's mixture does not say how many cameras it has (a mixture file, say).
 MAX_VIEWS_UNKNOWN = 8
 FLOAT_BYTES = 4
@@ -84,6 +90,46 @@ class PolicyShape:
         return self.max_batch * example + (1 << 20)
 
 
+def read_statistics(path: Path) -> dict:
+    """dataset_statistics.json as {tag: {"action": {...}, "state": {...}}}; ValueError naming the file otherwise."""
+    try:
+        statistics = json.loads(path.read_text())
+    except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, or nested beyond the parser
+        raise ValueError(f"{path}: not readable JSON ({type(error).__name__}: {str(error)[:200]}); restore the run's "
+                         "dataset_statistics.json (the trainer writes it at step 0)") from None
+    shapes = isinstance(statistics, dict) and statistics and all(
+        isinstance(entry, dict) and isinstance(entry.get("action"), dict) and isinstance(entry.get("state"), dict)
+        for entry in statistics.values())
+    if not shapes:
+        raise ValueError(f"{path}: expected a map of statistics tags, each with 'action' and 'state' sections; got "
+                         f"{type(statistics).__name__}; restore the run's dataset_statistics.json")
+    return statistics
+
+
+def check_sequence_length(recorded: dict, config_path: Path) -> None:
+    """Range check of the prompt length a request is encoded at, before the model is built: a huge one makes every
+    request take GBs. `recorded`: config.yaml as read (its values are typed later, when the config loads)."""
+    length = recorded
+    for key in ("framework", "cosmos25", "max_sequence_length"):
+        length = length.get(key) if isinstance(length, dict) else None
+    try:
+        value = float(length)  # YAML reads 1e8 as text, which the config's typing then takes as a number
+    except (TypeError, ValueError):
+        return  # absent (the default) or not a number: the config's typing names it
+    if not 1 <= value <= MAX_SERVED_SEQUENCE_LENGTH:
+        raise ValueError(f"{config_path}: framework.cosmos25.max_sequence_length={length} is out of range 1.."
+                         f"{MAX_SERVED_SEQUENCE_LENGTH} (tokens per prompt; the Cosmos pipeline uses 512, and each "
+                         "request's prompt tensors grow with it); set it to the value the run trained with")
+
+
+def check_finite_weights(model: torch.nn.Module, ckpt) -> None:
+    """A model with NaN or infinite weights would answer every request with NaN actions: refuse it at load."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{ckpt}: weight {name} holds NaN or infinite values (training diverged or the file is "
+                             "damaged); serve an earlier checkpoint")
+
+
 def select_statistics(statistics: dict, unnorm_key: str | None, source: str) -> tuple[str, dict]:
     """(tag, entry) of dataset_statistics.json: the only tag, or the one `unnorm_key` names."""
     if unnorm_key is None:
@@ -132,11 +178,15 @@ def _frames(value, where: str, max_frames: int) -> list[np.ndarray]:
             raise RequestError(f"{where}.image[{position}] is a {type(frame).__name__}, not a numpy array (H, W, 3)")
         if frame.dtype != np.uint8 and frame.dtype.kind != "f":
             raise RequestError(f"{where}.image[{position}] has dtype {frame.dtype}; send uint8 (0-255) or float (0-1)")
+        if frame.dtype.kind == "f" and not np.isfinite(frame).all():
+            raise RequestError(f"{where}.image[{position}] holds NaN or infinite values; send uint8 (0-255) or finite "
+                               "float (0-1) pixels")
     return frames
 
 
 class Policy:
-    """One loaded model answering checked requests; `infer` is not thread-safe (the server serialises it)."""
+    """One loaded model answering checked requests; `infer` is not thread-safe (the server's one model thread
+    runs it)."""
 
     def __init__(self, model, shape: PolicyShape, statistics_tag: str, statistics: dict):
         self.model = model
@@ -147,7 +197,8 @@ class Policy:
 
     @classmethod
     def load(cls, ckpt: str | Path, device: torch.device, *, bf16: bool = False, unnorm_key: str | None = None,
-             max_batch: int = 64) -> "Policy":
+             max_batch: int = 64, base_model: str | None = None) -> "Policy":
+        """`base_model`: the local Cosmos snapshot, for a run folder whose recorded one does not exist here."""
         from DiT4DiT.model.framework.base_framework import baseframework
 
         if not Path(ckpt).is_file():
@@ -156,10 +207,15 @@ class Policy:
         if not stats_path.is_file():
             raise FileNotFoundError(f"{stats_path}: missing; the policy needs the run's statistics to return actions "
                                     "in the robot's units (the trainer writes it into the run dir)")
-        tag, entry = select_statistics(json.loads(stats_path.read_text()), unnorm_key, str(stats_path))
-        model = baseframework.from_pretrained(ckpt)  # original run folders too (keys they lack come from the weights)
+        tag, entry = select_statistics(read_statistics(stats_path), unnorm_key, str(stats_path))
+        config_path = Path(ckpt).parents[1] / "config.yaml"
+        if config_path.is_file():  # a missing one is named by the loader
+            check_sequence_length(read_run_config_file(config_path), config_path)
+        # Original run folders too (keys they lack come from the weights).
+        model = baseframework.from_pretrained(ckpt, base_model=base_model)
         if model.action_model is None:
             raise ValueError(f"{ckpt}: framework.cosmos25.training=video has no action head to serve")
+        check_finite_weights(model, ckpt)
         # Frozen throughout: no gradients when serving. Instructions the run's prompt store holds are read from it;
         # others are encoded by the text encoder.
         model.requires_grad_(False)
@@ -229,6 +285,8 @@ class Policy:
         out = {"image": [current], "lang": lang}
         if "state" in example:
             out["state"] = self._check_state(example["state"], where)
+        if "seed" in example:
+            out["seed"] = _check_seed(example["seed"], where)
         return out
 
     def _current_frame(self, image, where: str) -> np.ndarray:
@@ -282,6 +340,23 @@ class Policy:
         return state.reshape(1, self.shape.state_dim).astype(np.float32)  # a native-order copy
 
     def infer(self, examples: list[dict]) -> dict[str, np.ndarray]:
-        """normalized_actions (B, chunk, action_dim), as the original's server; actions: the same in robot units."""
-        normalized = self.model.predict_action(examples)["normalized_actions"]
+        """normalized_actions (B, chunk, action_dim), as the original's server; actions: the same in robot units.
+
+        An example with a `seed` draws all its noise from a generator of its own, so its actions are the same alone
+        or in any batch; when some do, the others get generators seeded from torch's generator. When none does,
+        the noise comes from torch's generator, as a direct predict_action call draws it."""
+        generators = None
+        if any("seed" in example for example in examples):
+            generators = [torch.Generator().manual_seed(example["seed"] if "seed" in example else
+                                                        int(torch.randint(SEED_RANGE[1], ())))
+                          for example in examples]
+        normalized = self.model.predict_action(examples, generators=generators)["normalized_actions"]
         return {"normalized_actions": normalized.astype(np.float32), "actions": self.unnormalize(normalized)}
+
+
+def _check_seed(seed, where: str) -> int:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+            or not SEED_RANGE[0] <= int(seed) <= SEED_RANGE[1]:
+        raise RequestError(f"{where}.seed is {seed!r}; a seed is an integer in {SEED_RANGE[0]}..{SEED_RANGE[1]} "
+                           "(the example's noise; omit it for fresh noise)")
+    return int(seed)

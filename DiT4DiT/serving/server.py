@@ -10,14 +10,15 @@ instruction length), so no request can grow the process by more than that. Per c
 "infer", the default, or "predict_action") -> `{status: "ok", ok: true, type: "inference_result", request_id,
 data: {normalized_actions, actions}}`. A request it cannot answer gets `{status: "error", ok: false, type,
 request_id, error: {message}}` and the connection stays open. One model thread runs the requests of all
-connections in arrival order, so concurrent clients never share a batch or a buffer.
+connections: those waiting together (several clients, or several examples in one request) go through one forward
+of at most --max_forward_batch examples (serving/batching.py), and each reply carries only its own rows. An
+example's optional "seed" fixes its noise, so its actions are the same alone or batched.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import hmac
 import ipaddress
@@ -28,11 +29,15 @@ import sys
 import threading
 import time
 
+import numpy as np
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
+from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.logging_setup import configure_logging
+from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV
 from DiT4DiT.serving import wire
+from DiT4DiT.serving.batching import Batcher, QueueFull, ServerStopping
 from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy, RequestError
 
@@ -41,6 +46,14 @@ log = logging.getLogger("dit4dit.serve")
 INFER_TYPES = ("infer", "predict_action")
 # Incoming frames websockets may buffer per connection (its default is 16): each may be a whole request.
 QUEUED_FRAMES = 2
+# Batching defaults, measured with bench/bench_serving.py on CPU (docs/serving.md): waiting up to 5 ms for the other
+# connections' requests gave 1.2-1.6x the requests/s of no wait at 4 clients, the same at 8; a lone client never
+# waits. 8 examples a forward.
+MAX_FORWARD_BATCH = 8
+MAX_WAIT_MS = 5.0
+MAX_QUEUE = 64
+# Refused connections (no or wrong token) are logged at most once per this many seconds, with a count.
+REFUSAL_LOG_INTERVAL_S = 10.0
 
 
 def is_loopback(host: str) -> bool:
@@ -68,7 +81,9 @@ def error_reply(kind: str, request_id, message: str) -> dict:
 
 class PolicyServer:
     def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 10093, *,
-                 max_message_bytes: int | None = None, idle_timeout: float = -1, token: str | None = None):
+                 max_message_bytes: int | None = None, idle_timeout: float = -1, token: str | None = None,
+                 max_forward_batch: int = MAX_FORWARD_BATCH, max_wait_ms: float = MAX_WAIT_MS,
+                 max_queue: int = MAX_QUEUE):
         self.policy = policy
         self.host, self.port = host, port
         # Default: the largest request the model's bounds allow (larger frames close with 1009).
@@ -76,7 +91,9 @@ class PolicyServer:
         self.idle_timeout = idle_timeout
         self._token = token or None
         self._metadata = wire.pack(policy.metadata())
-        self._model_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
+        self._batcher = Batcher(policy.infer, max_forward_batch=max_forward_batch, max_wait_s=max_wait_ms / 1e3,
+                                max_queue=max_queue)
+        self._refusals = RefusalLog(REFUSAL_LOG_INTERVAL_S)
         self._last_message = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -85,6 +102,7 @@ class PolicyServer:
         """Serve until stop() (or SIGTERM/SIGINT when installed); on_ready(port) once listening."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._batcher.start(self._loop)
         async with serve(self._connection, self.host, self.port, compression=None, max_size=self.max_message_bytes,
                          max_queue=QUEUED_FRAMES, process_request=self._check_token) as server:
             self.port = server.sockets[0].getsockname()[1]
@@ -99,9 +117,11 @@ class PolicyServer:
             await self._stopping.wait()
             if watchdog is not None:
                 watchdog.cancel()
+            # Requests waiting or in a forward are answered now: stopping never waits for the model.
+            self._batcher.stop()
             server.close()
             await server.wait_closed()
-        self._model_thread.shutdown(wait=True)
+        self._refusals.flush()
         log.info("stopped")
 
     def stop(self) -> None:
@@ -127,22 +147,28 @@ class PolicyServer:
             return None
         sent = request.headers.get("Authorization", "")
         scheme, _, value = sent.partition(" ")
-        if scheme.lower() in ("api-key", "bearer") and hmac.compare_digest(value.encode(), self._token.encode()):
+        # websockets decodes header bytes with surrogateescape; encoded back the same way any header compares
+        # (a strict encode raised on non-ASCII bytes, and the client got HTTP 500).
+        if scheme.lower() in ("api-key", "bearer") and hmac.compare_digest(value.encode("utf-8", "surrogateescape"),
+                                                                           self._token.encode()):
             return None
-        log.warning("connection from %s refused: no or wrong token", connection.remote_address)
+        self._refusals.refused(connection.remote_address)
         return connection.respond(401, "this policy server needs its token: Authorization: Api-Key <token>\n")
 
     async def _connection(self, websocket: ServerConnection) -> None:
         peer = websocket.remote_address
         log.info("connection from %s opened", peer)
-        await websocket.send(self._metadata)
+        self._batcher.connected(+1)
         try:
+            await websocket.send(self._metadata)
             async for frame in websocket:
                 self._last_message = time.monotonic()
                 await websocket.send(self._packed(await self._guarded_answer(frame, peer)))
         except websockets.ConnectionClosed as closed:
             log.info("connection from %s closed: %s", peer, closed)
             return
+        finally:
+            self._batcher.connected(-1)
         log.info("connection from %s closed", peer)
 
     async def _guarded_answer(self, frame, peer) -> dict:
@@ -184,22 +210,44 @@ class PolicyServer:
         except RequestError as error:
             log.warning("request %s from %s refused: %s", request_id, peer, error)
             return error_reply("inference_result", request_id, str(error))
-        queued = time.perf_counter()
         try:
-            data, began, ended = await asyncio.get_running_loop().run_in_executor(
-                self._model_thread, self._timed_infer, examples)
+            data, timing = await self._batcher.submit(examples)
+        except (QueueFull, ServerStopping) as error:
+            log.warning("request %s from %s not run: %s", request_id, peer, error)
+            return error_reply("inference_result", request_id, str(error))
         except Exception as error:  # the model's own error goes back to the client; the server keeps serving
-            log.exception("request %s from %s failed in the model", request_id, peer)
+            log.error("request %s from %s failed in the model", request_id, peer, exc_info=error)
             return error_reply("inference_result", request_id, f"{type(error).__name__}: {error}")
-        log.info("request %s from %s: %d example(s) in %.1f ms (model %.1f ms, waited %.1f ms)", request_id, peer,
-                 len(examples), (time.perf_counter() - started) * 1e3, (ended - began) * 1e3, (began - queued) * 1e3)
+        if not all(np.isfinite(value).all() for value in data.values()):
+            log.error("request %s from %s: the model returned non-finite actions", request_id, peer)
+            return error_reply("inference_result", request_id, "the model returned NaN or infinite actions for this "
+                               "request; check its image and state")
+        log.info("request %s from %s: %d example(s) in %.1f ms (model %.1f ms, waited %.1f ms, forward of %d)",
+                 request_id, peer, len(examples), (time.perf_counter() - started) * 1e3,
+                 (timing.ended - timing.began) * 1e3, (timing.began - timing.queued) * 1e3, timing.forward_examples)
         return ok_reply("inference_result", request_id, data=data)
 
-    def _timed_infer(self, examples: list[dict]) -> tuple[dict, float, float]:
-        """The reply data with when the model thread started and finished it (waiting = start - queued)."""
-        began = time.perf_counter()
-        data = self.policy.infer(examples)
-        return data, began, time.perf_counter()
+
+class RefusalLog:
+    """Refused connections as warnings, at most one line per `interval_s` with the count since the last line: a
+    client retrying without its token would otherwise fill the log (1,223 lines in one probe)."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self._unlogged, self._last_line = 0, -float("inf")
+
+    def refused(self, peer) -> None:
+        self._unlogged += 1
+        if time.monotonic() - self._last_line >= self.interval_s:
+            self.flush(peer)
+
+    def flush(self, peer=None) -> None:
+        if not self._unlogged:
+            return
+        latest = f", the latest from {peer}" if peer is not None else ""
+        log.warning("%d connection(s) refused: no or wrong token%s (logged at most every %.0f s)", self._unlogged,
+                    latest, self.interval_s)
+        self._unlogged, self._last_line = 0, time.monotonic()
 
 
 @contextlib.contextmanager
@@ -235,13 +283,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="address to listen on (default: this machine only; 0.0.0.0: every interface, with a warning)")
     parser.add_argument("--token", default=os.environ.get(wire.TOKEN_ENV),
                         help=f"shared token a client must send as 'Authorization: Api-Key <token>' (default: ${wire.TOKEN_ENV}; "
-                             "unset: no token)")
+                             f"unset: no token). Prefer setting ${wire.TOKEN_ENV}: a --token value is visible to every "
+                             "user of this machine in /proc/PID/cmdline (ps)")
     parser.add_argument("--port", type=int, default=10093, help="0 picks a free port (logged at start)")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
                         help="auto takes the first accelerator present, else the CPU")
     parser.add_argument("--bf16", "--use_bf16", dest="bf16", action="store_true", help="cast the model to bfloat16")
     parser.add_argument("--unnorm_key", default=None, help="statistics tag, when the run trained on several robots")
     parser.add_argument("--max_batch", type=int, default=64, help="most examples in one request")
+    parser.add_argument("--max_forward_batch", type=int, default=MAX_FORWARD_BATCH,
+                        help="most examples in one model forward, gathered from the requests waiting together "
+                             f"(default {MAX_FORWARD_BATCH}; 1: one request at a time, as before batching)")
+    parser.add_argument("--max_wait_ms", type=float, default=MAX_WAIT_MS,
+                        help="how long the oldest waiting request may wait for the other open connections' requests "
+                             f"to join its forward (default {MAX_WAIT_MS:g}; a lone client never waits; 0: only what "
+                             "arrived while the model was busy is gathered)")
+    parser.add_argument("--max_queue", type=int, default=MAX_QUEUE,
+                        help="most requests waiting for the model; more get an error reply saying the server is busy")
+    parser.add_argument("--base_model", default=os.environ.get(BASE_MODEL_ENV),
+                        help="the local Cosmos snapshot, for a run folder made elsewhere whose recorded "
+                             f"framework.cosmos25.base_model does not exist here (default: ${BASE_MODEL_ENV})")
     parser.add_argument("--max_message_mb", type=float, default=None,
                         help="larger frames close the connection with code 1009 (message too big); default: the "
                              "largest request --max_batch examples of the model's views and frames make")
@@ -249,22 +310,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def option_problem(args) -> str | None:
+    """What is wrong with the command line's values, before anything loads."""
+    for name in ("max_batch", "max_forward_batch", "max_queue"):
+        if getattr(args, name) < 1:
+            return f"--{name} {getattr(args, name)}: must be at least 1"
+    if not 0 <= args.max_wait_ms <= 10_000:
+        return f"--max_wait_ms {args.max_wait_ms:g}: must be 0 to 10000"
+    if args.token is not None and not (args.token.isascii() and args.token.isprintable()):
+        return (f"the token (--token or ${wire.TOKEN_ENV}) holds characters other than printable ASCII; it travels "
+                "in an HTTP header, so pick one of letters, digits and punctuation")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    from DiT4DiT.config.schema import ConfigError
-    from DiT4DiT.serving.device import DeviceError, select_device
+    from DiT4DiT.serving.device import select_device
 
     args = build_parser().parse_args(argv)
+    problem = option_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     configure_logging()
     try:
         device = select_device(args.device)
-        policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch)
-    except (DeviceError, ConfigError, FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch,
+                             base_model=args.base_model)
+    except (DiT4DiTError, OSError, ValueError) as error:  # each names the file or key and the fix
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     log.info("model from %s on %s (statistics %s)", args.ckpt, device, policy.statistics_tag)
     limit = int(args.max_message_mb * (1 << 20)) if args.max_message_mb else None
     server = PolicyServer(policy, args.host, args.port, max_message_bytes=limit, idle_timeout=args.idle_timeout,
-                          token=args.token)
+                          token=args.token, max_forward_batch=args.max_forward_batch, max_wait_ms=args.max_wait_ms,
+                          max_queue=args.max_queue)
 
     async def serve_until_signal():
         await server.run(on_ready=lambda port: server.install_signal_handlers())

@@ -115,8 +115,11 @@ class DiT4DiT(nn.Module):
         return losses
 
     @torch.inference_mode()
-    def predict_action(self, examples, **ignored_kwargs) -> dict[str, np.ndarray]:
-        """{"normalized_actions": (B, action_horizon, action_dim) float32} from each example's current frame."""
+    def predict_action(self, examples, generators: list[torch.Generator] | None = None,
+                       **ignored_kwargs) -> dict[str, np.ndarray]:
+        """{"normalized_actions": (B, action_horizon, action_dim) float32} from each example's current frame.
+        `generators`: one CPU generator per example drawing all its noise, so its actions do not depend on the
+        batch it is in; None draws from torch's default generator."""
         if self.action_model is None:
             raise RuntimeError("framework.cosmos25.training=video builds no action head, so it cannot predict actions")
         examples = [examples] if isinstance(examples, dict) else list(examples)
@@ -124,11 +127,12 @@ class DiT4DiT(nn.Module):
         images = [ex["image"][0] if isinstance(ex["image"], (list, tuple)) else ex["image"] for ex in examples]
         instructions = [example["lang"] for example in examples]
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
-            backbone = self.backbone_interface(images, instructions, want_features=True, want_video_loss=False)
+            backbone = self.backbone_interface(images, instructions, want_features=True, want_video_loss=False,
+                                               generators=generators)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             dtype = self.action_model.dtype
             state = self._state(examples, dtype, backbone.features.device)
-            actions = self.action_model.predict_action(backbone.features.to(dtype), state)
+            actions = self.action_model.predict_action(backbone.features.to(dtype), state, generators)
         return {"normalized_actions": actions.float().cpu().numpy()}
 
     @classmethod

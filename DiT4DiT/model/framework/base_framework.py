@@ -5,6 +5,9 @@ checkpoint into it: the original's run folders (every weight; a config.yaml that
 read in its DataLoader workers, which the checkpoint's shapes then supply) as well as ours (frozen modules left
 out, reloaded from `framework.cosmos25.base_model`). The model comes back on the CPU with `norm_stats` attached.
 
+A run folder made on another machine records its base model as a path there: `base_model=` (the server's and
+open-loop evaluation's `--base_model`, or DIT4DIT_BASE_MODEL) points it at the local snapshot.
+
 `recorded_config(cfg)` is the config a run folder records: every value resolved, so the original, which reads a
 null as an override, builds the same model from it.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +34,9 @@ from DiT4DiT.pipeline_folder import pipeline_folder_problems
 log = logging.getLogger(__name__)
 
 DIT_CFG = "framework.action_model.diffusion_model_cfg"
+BASE_MODEL_KEY = "framework.cosmos25.base_model"
+# The local Cosmos snapshot for run folders whose recorded one is not here (the default of --base_model).
+BASE_MODEL_ENV = "DIT4DIT_BASE_MODEL"
 # Keys a checkpoint's weight shapes fix: (tensor, dim). The original's config.yaml lacks max_state_dim and
 # max_action_dim when it trained with DataLoader workers (only keys read in the main process are recorded).
 SHAPE_KEYS = {
@@ -64,15 +71,39 @@ def recorded_config(cfg: DictConfig) -> DictConfig:
 
 
 def _shapes(checkpoint: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of a weights file, memory-mapped: a full 2B checkpoint is not read for them."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    """Tensor shapes of a weights file, memory-mapped: a full 2B checkpoint is not read for them. RunFolderError
+    for a file that is not a state dict torch.save wrote (empty, truncated, another file, another object)."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # torch and pickle raise many unrelated types for files that are not checkpoints
+        reason = " ".join(str(error).split())[:200]
+        raise RunFolderError(f"{checkpoint}: not a checkpoint torch can read ({type(error).__name__}: {reason}); "
+                             "use the .pt file the run saved") from None
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise RunFolderError(f"{checkpoint}: holds a {type(state).__name__}, not a state dict of tensors; use the .pt "
+                             "file the run saved")
     return {name: tuple(tensor.shape) for name, tensor in state.items()}
 
 
-def run_config_overrides(config_path: Path, checkpoint: Path) -> list[str]:
-    """Dotlist values for the keys config.yaml lacks and the checkpoint's shapes fix; RunFolderError where the
-    two disagree. Logs one line naming what was inferred."""
-    raw = OmegaConf.load(config_path)
+def base_model_override(config_path: Path, raw: DictConfig, base_model: str | Path | None) -> list[str]:
+    """The dotlist value putting `base_model` in place of the recorded snapshot; none when not given. Without
+    it, a recorded snapshot that does not exist here is a RunFolderError naming the path, the key and the fix."""
+    recorded = OmegaConf.select(raw, BASE_MODEL_KEY, default=None)
+    if base_model:
+        if str(base_model) != str(recorded):
+            log.info("%s: %s=%s replaced by %s (--base_model / %s)", config_path, BASE_MODEL_KEY, recorded, base_model,
+                     BASE_MODEL_ENV)
+        return [f"{BASE_MODEL_KEY}={base_model}"]
+    if recorded is not None and not Path(str(recorded)).exists():
+        raise RunFolderError(f"{config_path}: {BASE_MODEL_KEY} is {recorded}, which does not exist here (the run was "
+                             "made on another machine?); pass --base_model /path/to/Cosmos-Predict2.5-2B (or set "
+                             f"{BASE_MODEL_ENV}) to use the local snapshot")
+    return []
+
+
+def run_config_overrides(config_path: Path, checkpoint: Path, raw: DictConfig) -> list[str]:
+    """Dotlist values for the keys config.yaml (read as `raw`) lacks and the checkpoint's shapes fix;
+    RunFolderError where the two disagree. Logs one line naming what was inferred."""
     shapes = _shapes(checkpoint)
     inferred, contradictions = {}, []
     for key, (tensor, dim) in SHAPE_KEYS.items():
@@ -94,13 +125,17 @@ def run_config_overrides(config_path: Path, checkpoint: Path) -> list[str]:
     return [f"{key}={value}" for key, value in inferred.items()]
 
 
-def load_run_config(checkpoint: str | Path) -> DictConfig:
-    """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes; its
+def load_run_config(checkpoint: str | Path, base_model: str | Path | None = None,
+                    overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes, with
+    `base_model` (default: $DIT4DIT_BASE_MODEL) as its snapshot when given and then `overrides` (dotlist); that
     base model folder (frozen modules reload from it) must be complete."""
     checkpoint = Path(checkpoint)
     share_tools.read_mode_config(checkpoint)  # both run files present, or a clear error
     config_path = checkpoint.parents[1] / "config.yaml"
-    config = load_config(config_path, run_config_overrides(config_path, checkpoint))
+    raw = OmegaConf.load(config_path)
+    base = base_model_override(config_path, raw, base_model or os.environ.get(BASE_MODEL_ENV))
+    config = load_config(config_path, [*run_config_overrides(config_path, checkpoint, raw), *base, *overrides])
     problems = pipeline_folder_problems(config.framework.cosmos25.base_model)
     if problems:
         raise RunFolderError(f"{config_path}: " + " | ".join(problems))
@@ -111,14 +146,15 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
     """Loading and action-statistics helpers shared by the frameworks."""
 
     @classmethod
-    def from_pretrained(cls, pretrained_checkpoint: str | Path, **ignored_kwargs) -> nn.Module:
+    def from_pretrained(cls, pretrained_checkpoint: str | Path, base_model: str | Path | None = None,
+                        **ignored_kwargs) -> nn.Module:
         """The model of `<run_dir>/config.yaml` with `pretrained_checkpoint` loaded (a .pt two levels below).
 
-        The config says which modules its checkpoints leave out (they reload from the base snapshot); every
-        other weight must be in the file.
+        The config says which modules its checkpoints leave out (they reload from the base snapshot: `base_model`,
+        default $DIT4DIT_BASE_MODEL, when the recorded one is elsewhere); every other weight must be in the file.
         """
         checkpoint = Path(pretrained_checkpoint)
-        config = load_run_config(checkpoint)
+        config = load_run_config(checkpoint, base_model)
         model = build_framework(config)  # a ConfigError names the registered frameworks if it is not one
         left_out = tuple(path + "." for path in left_out_of_checkpoints(config))
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)

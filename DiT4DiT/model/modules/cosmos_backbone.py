@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from DiT4DiT.facts import is_under, latent_frame_count
@@ -247,14 +248,14 @@ class CosmosFeatureExtractor(nn.Module):
     def _normalise(self, latents: torch.Tensor) -> torch.Tensor:
         return (latents.float() - self.latents_mean) / self.latents_std
 
-    def encode_condition(self, pixels: torch.Tensor) -> torch.Tensor:
+    def encode_condition(self, pixels: torch.Tensor, generators: list[torch.Generator] | None = None) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> normalised posterior sample (B, C, 1, h, w), float32.
 
         The Wan VAE is causal, so latent frame 0 depends on pixel frame 0 alone: encoding that frame gives
-        the same conditioning latent as encoding the zero-padded clip.
+        the same conditioning latent as encoding the zero-padded clip. `generators`: one per example (see forward).
         """
         posterior = self.vae.encode(pixels.unsqueeze(2).to(self.vae.dtype)).latent_dist
-        return self._normalise(posterior.sample())
+        return self._normalise(posterior.sample(generator=generators))
 
     @torch.no_grad()
     def encode_video(self, video: torch.Tensor) -> torch.Tensor:
@@ -269,8 +270,12 @@ class CosmosFeatureExtractor(nn.Module):
         num_frames_out: int,
         want_features: bool = True,
         want_video_loss: bool = True,
+        generators: list[torch.Generator] | None = None,
     ) -> BackboneOutput:
-        """cond_frames (B, 3, H, W) and future_frames (B, T_f, 3, H, W) in [0, 1] on the model's device."""
+        """cond_frames (B, 3, H, W) and future_frames (B, T_f, 3, H, W) in [0, 1] on the model's device.
+
+        `generators` (CPU, one per example) draw each example's noise on its own, so an example's features do not
+        depend on the batch it is in (the server batches requests); None draws from torch's default generator."""
         batch, _, height, width = cond_frames.shape
         if height % 16 or width % 16:
             raise ValueError(
@@ -282,7 +287,7 @@ class CosmosFeatureExtractor(nn.Module):
         prompt_embeds = self.prompt_embeddings(prompts, device).to(dtype)
 
         pixels = cond_frames * 2.0 - 1.0
-        cond_latent = self.encode_condition(pixels)
+        cond_latent = self.encode_condition(pixels, generators)
         channels, latent_h, latent_w = cond_latent.shape[1], height // self.spatial_factor, width // self.spatial_factor
         num_latent = latent_frame_count(num_frames_out, self.temporal_factor)
         cond_latents = torch.cat(
@@ -307,7 +312,7 @@ class CosmosFeatureExtractor(nn.Module):
 
         features = None
         if want_features:
-            noise = torch.randn(batch, channels, num_latent, latent_h, latent_w, device=device)
+            noise = randn_tensor((batch, channels, num_latent, latent_h, latent_w), generator=generators, device=device)
             self._captured, self._capturing, self._in_feature_pass = None, True, True
             # Nothing but the (detached) hooked features is used from this pass, so it needs no graph.
             try:
@@ -454,9 +459,11 @@ class CosmosBackboneInterface(nn.Module):
         return video[:, 0], (video[:, 1:] if num_frames > 1 else None)
 
     def forward(
-        self, images: list, instructions: list[str], want_features: bool, want_video_loss: bool
+        self, images: list, instructions: list[str], want_features: bool, want_video_loss: bool,
+        generators: list[torch.Generator] | None = None,
     ) -> BackboneOutput:
-        """images[b] = frames of sample b (frame 0 conditions); instructions[b] = its language instruction."""
+        """images[b] = frames of sample b (frame 0 conditions); instructions[b] = its language instruction;
+        generators[b], when given, draws sample b's noise."""
         device = next(self.extractor.transformer.parameters()).device
         cond_frames, future_frames = self._stack_frames(images, device)
         return self.extractor(
@@ -466,4 +473,5 @@ class CosmosBackboneInterface(nn.Module):
             self.num_frames_out,
             want_features=want_features,
             want_video_loss=want_video_loss,
+            generators=generators,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from DiT4DiT.facts import DIT_SIZES
@@ -140,10 +141,13 @@ class FlowmatchingActionHead(nn.Module):
         return ((predicted - (noise - actions)) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
 
     @torch.no_grad()
-    def predict_action(self, vl_embs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
-        """Euler integration from noise (t=1) to actions (t=0): (B, chunk_len, action_dim)."""
+    def predict_action(self, vl_embs: torch.Tensor, state: torch.Tensor | None = None,
+                       generators: list[torch.Generator] | None = None) -> torch.Tensor:
+        """Euler integration from noise (t=1) to actions (t=0): (B, chunk_len, action_dim). `generators` (CPU, one
+        per example) draw each example's starting noise on its own; None: torch's default generator."""
         batch = vl_embs.shape[0]
-        actions = torch.randn(batch, self.chunk_len, self.action_dim, device=vl_embs.device, dtype=vl_embs.dtype)
+        actions = randn_tensor((batch, self.chunk_len, self.action_dim), generator=generators, device=vl_embs.device,
+                               dtype=vl_embs.dtype)
         # As the original: predicting without a state denoises the action tokens alone (no state token).
         state_tokens = None if state is None else self._state_tokens(state)
         dt = 1.0 / self.num_inference_timesteps
