@@ -192,6 +192,9 @@ SCHEMA: dict = {
         "collective_timeout_s": Key(600, "seconds a collective waits for the other ranks before the run fails", min=1),
         "stall_timeout_s": Key(300, "a rank silent for this long (stopped, dead, cut off) ends the run with exit status "
                                "76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0),
+        "enable_gradient_checkpointing": Key(False, "recompute each Cosmos transformer block and action DiT block in "
+                                             "the backward pass instead of keeping its activations (less memory, "
+                                             "about one more forward of compute)"),
         "ignore_resource_check": Key(False, "start even when the memory estimate exceeds what this machine has "
                                      "(experts: the estimate is conservative)"),
     },
@@ -215,7 +218,6 @@ UNUSED_BY_THE_ORIGINAL = (
     "trainer.optimizer.name",
     "trainer.resume_epoch",
     "trainer.resume_step",
-    "trainer.enable_gradient_checkpointing",
     "trainer.enable_mixed_precision_training",
     # Read by nobody here either: the snapshot is a local folder, the action head has no past actions and only
     # ada_norm blocks, there is one data loader family, and each dataset's meta/info.json gives its layout.

@@ -165,6 +165,7 @@ class TrainerSection:
     mixed_precision: Literal['bf16', 'no']  # autocast dtype of every autocast site: bf16, or no (fp32 throughout)
     collective_timeout_s: int  # seconds a collective waits for the other ranks before the run fails
     stall_timeout_s: int  # a rank silent for this long (stopped, dead, cut off) ends the run with exit status 76 on every other rank (0 = off; keep it below collective_timeout_s)
+    enable_gradient_checkpointing: bool  # recompute each Cosmos transformer block and action DiT block in the backward pass instead of keeping its activations (less memory, about one more forward of compute)
     ignore_resource_check: bool  # start even when the memory estimate exceeds what this machine has (experts: the estimate is conservative)
 
 
