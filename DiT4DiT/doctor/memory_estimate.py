@@ -33,7 +33,10 @@ MEASURE_COMMAND = "python -m DiT4DiT.tools.measure_activation_memory"
 # blocks keep their input only. The feature pass runs under no_grad: its row is the peak it holds at once.
 # The action head: the robotwin head (DiT-B, 16 layers, features 2048 wide, dropout 0.2), per repeated sample, per
 # feature token and per action token (the state token included). The VAE: peak per pixel of one frame (views side
-# by side) while encoding a sample's 5 frames, or its conditioning frame, with no grad.
+# by side) while encoding a sample's 5 frames, or its conditioning frame, with no grad (Wan encodes 4 frames at a
+# time, so longer clips hold about the same). Not counted: allocator caching and kernels' workspaces; the NPU's fused
+# attention keeps (B, heads, S, 8) float32 softmax statistics where the CPU kernel keeps a (B, heads, S) logsumexp
+# (under 0.1% of a block).
 MEASURED = {
     "hidden": 2048,  # the transformer's width: block rows scale with it
     "text_projection_in": 28 * 3584,  # the text projection's input width, bf16, part of the "outside" rows
@@ -51,10 +54,11 @@ MEASURED = {
     "action_head_checkpointed": {"per_feature_token": 4096.0, "per_action_token": 47200.0, "per_sample": 5570.0},
     "vae_encode_peak_per_pixel": {"video_5_frames": 6629.0, "condition_frame": 1936.3},
 }
-# NPU only: torch_npu's fused RoPE (npu_rotary_mul, which our attention processor calls on NPU tensors) saves its
-# float32 input for backward, q and k of every self-attention: 2 x 4 bytes per hidden unit per video token per block
-# (op-plugin, docs/api/torch_npu-npu_rotary_mul.md and op_plugin/config/derivatives.yaml: npu_rotary_mul_backward(grad,
-# self, r1, r2) keeps `self`). On the CPU and CUDA, diffusers' RoPE saves only the shared cos/sin tables.
+# NPU only: torch_npu's fused RoPE, which our attention processor calls with q and k cast to float32, saves that
+# float32 input for backward in every self-attention: 2 x 4 bytes per hidden unit per video token per block (Ascend
+# op-plugin, op_plugin/config/derivatives.yaml: "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2) -> self, r1, r2:
+# npu_rotary_mul_backward(grad, self, r1, r2)"; docs/context/torch_npu-npu_rotary_mul.md). On the CPU and CUDA,
+# diffusers' RoPE saves only the cos/sin tables that every block shares.
 NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN = 2 * 4
 # DeepSpeed ZeRO-3 gathers at most this many parameters at once (ds_zero3.json's stage3_max_live_parameters).
 ZERO3_MAX_LIVE_PARAMETERS = 10**9

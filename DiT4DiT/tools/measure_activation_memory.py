@@ -1,14 +1,14 @@
 """Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
 DiT4DiT/doctor/memory_estimate.py holds (MEASURED).
 
-    python -m DiT4DiT.tools.measure_activation_memory              # real width: ~10 min on 2 cores, < 4 GB
+    python -m DiT4DiT.tools.measure_activation_memory              # real width: ~7 min on 2 cores, 2.4 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
 
 Real components with random weights in bf16, run under bf16 autocast as training runs them:
 - Cosmos transformer blocks at the Cosmos-Predict2.5-2B layout (16 heads x 128 = 2048, MLP 4x, AdaLN-LoRA 256,
   cross-attention to 512 text tokens of 1024 projected from 28 x 3584), through our attention processor. Per
-  block = (2 blocks) - (1 block); outside = (1 block) - (per block). Each is fitted over two video token counts
-  and two text lengths: bytes = a * video_tokens + b * text_tokens + c.
+  block = (2 blocks) - (1 block); outside = (1 block) - (per block). Each is fitted over two video token counts,
+  two text lengths and a batch of 1 or 2: bytes = batch * (a * video_tokens + b * text_tokens + c) + d.
 - The action DiT (the robotwin head: DiT-B, 16 layers, features 2048 wide), bf16 weights as DeepSpeed's bf16
   casts them, dropout 0.2 as the original's configs, in training mode.
 - The Wan2.1 VAE encoding 5 frames, and the feature pass (no grad): the peak bytes of the tensors they hold at once.
@@ -249,9 +249,9 @@ def action_head_figures(checkpointing: bool) -> dict[str, float]:
             "per_sample": base - per_feature * f0 - per_action * (s0 + 1)}
 
 
-def vae_encode_peak() -> dict[str, float]:
-    """Peak bytes held at once per pixel (of one frame, all views side by side) by the Wan2.1 VAE encoding one
-    sample's 5 frames, and its conditioning frame, with no grad."""
+def vae_encode_peak() -> tuple[int, dict[str, float]]:
+    """(the VAE's base width, peak bytes held at once per pixel (of one frame, all views side by side) by the
+    Wan2.1 VAE encoding one sample's 5 frames, and its conditioning frame, with no grad)."""
     from diffusers import AutoencoderKLWan
 
     torch.manual_seed(0)
@@ -266,26 +266,24 @@ def vae_encode_peak() -> dict[str, float]:
                 peak = peak_live_bytes(lambda: vae.encode(video).latent_dist.mode())
             progress(f"VAE encode, {frames} frame(s) of 224 x {wide}: peak {peak / 2**20:.1f} MiB")
             per_pixel.append(peak / (224 * wide))
-        figures[name] = max(per_pixel)
-    return figures
+        figures[name] = round(max(per_pixel), 1)
+    return vae.config.base_dim, figures
 
 
-def measure_all(heads: int, with_vae: bool = True, with_head: bool = True) -> dict:
-    """The table at `heads` x 128 wide, in bytes per sample (per video token, per text token, per sample), as
+def measure_all(heads: int) -> dict:
+    """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
     MEASURED in DiT4DiT/doctor/memory_estimate.py holds it."""
     transformer = cosmos_transformer(heads)
-    table = {"hidden": heads * 128}
+    table = {"hidden": heads * 128, "text_projection_in": transformer.config.crossattn_proj_in_channels}
     for name, checkpointing in (("video_pass", False), ("video_pass_checkpointed", True)):
         for part, line in cosmos_block_figures(transformer, checkpointing).items():
             table[f"{name}_{part}"] = rounded(vars(line))
     transformer.disable_gradient_checkpointing()
     table["feature_pass_peak"] = rounded(vars(feature_pass_peak(transformer)))
     del transformer
-    if with_head:
-        for name, checkpointing in (("action_head", False), ("action_head_checkpointed", True)):
-            table[name] = rounded(action_head_figures(checkpointing))
-    if with_vae:
-        table["vae_encode_peak_per_pixel"] = rounded(vae_encode_peak())
+    for name, checkpointing in (("action_head", False), ("action_head_checkpointed", True)):
+        table[name] = rounded(action_head_figures(checkpointing))
+    table["vae_base_dim"], table["vae_encode_peak_per_pixel"] = vae_encode_peak()
     return table
 
 
