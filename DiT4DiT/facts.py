@@ -22,6 +22,10 @@ PIPELINE_PARTS = {
 }
 # Wan VAE: 8x spatial downsampling and 1 + 4k frames -> 1 + k latent frames; Cosmos patches latents 2x2.
 VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
+# The original's future losses that sample the future latents (future_num_inference_steps sampler steps from
+# noise, gradient through every step) and compare them with the ground truth's latents, or decode them and compare
+# frames (L1 / MSE in [0, 1]); the others are one flow-matching pass.
+SAMPLED_LOSS_TYPES = ("latent_mse", "pixel_l1", "pixel_mse")
 # The action DiT's size table: (attention heads, head width).
 DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}
 

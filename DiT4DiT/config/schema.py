@@ -195,6 +195,9 @@ SCHEMA: dict = {
         "deterministic": Key(False, "deterministic kernels: torch.use_deterministic_algorithms(True), and through "
                              "the launcher HCCL_DETERMINISTIC=true (NPU) or CUBLAS_WORKSPACE_CONFIG=:4096:8 (CUDA); "
                              "slower (bench/device_check.py measures it)"),
+        "enable_gradient_checkpointing": Key(False, "recompute each Cosmos transformer block and action DiT block in "
+                                             "the backward pass instead of keeping its activations (less memory, "
+                                             "about one more forward of compute)"),
         "ignore_resource_check": Key(False, "start even when the memory estimate exceeds what this machine has "
                                      "(experts: the estimate is conservative)"),
         "closed_loop_eval": {
@@ -237,7 +240,6 @@ UNUSED_BY_THE_ORIGINAL = (
     "trainer.optimizer.name",
     "trainer.resume_epoch",
     "trainer.resume_step",
-    "trainer.enable_gradient_checkpointing",
     "trainer.enable_mixed_precision_training",
     # Read by the original with a default, not here: each dataset's meta/info.json gives its layout.
     "datasets.vla_data.lerobot_version",

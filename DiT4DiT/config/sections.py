@@ -183,6 +183,7 @@ class TrainerSection:
     collective_timeout_s: int  # seconds a collective waits for the other ranks before the run fails
     stall_timeout_s: int  # a rank silent for this long (stopped, dead, cut off) ends the run with exit status 76 on every other rank (0 = off; keep it below collective_timeout_s)
     deterministic: bool  # deterministic kernels: torch.use_deterministic_algorithms(True), and through the launcher HCCL_DETERMINISTIC=true (NPU) or CUBLAS_WORKSPACE_CONFIG=:4096:8 (CUDA); slower (bench/device_check.py measures it)
+    enable_gradient_checkpointing: bool  # recompute each Cosmos transformer block and action DiT block in the backward pass instead of keeping its activations (less memory, about one more forward of compute)
     ignore_resource_check: bool  # start even when the memory estimate exceeds what this machine has (experts: the estimate is conservative)
     closed_loop_eval: TrainerClosedLoopEvalSection
 

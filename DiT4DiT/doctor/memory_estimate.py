@@ -1,10 +1,14 @@
-"""Rough per-device memory need of a training run, from safetensors headers and the config.
+"""Per-device memory need of a training run, from safetensors headers, the config and measured activations.
 
-Static part, exact up to the action head: frozen weights in bf16 (2 B/param) and, per trainable parameter,
-bf16 weights and gradients (2 + 2 B) plus fp32 master weights and Adam moments (12 B) that DeepSpeed ZeRO-2
-shares across the processes. Activations follow the transformer rule of thumb of about 34 bytes per token per
-hidden unit per layer in bf16 with fused attention (Korthikanti et al., 2022); the token count comes from the
-frames, views and image size. Treat the total as +-30%: it tells 40 GB from 90 GB, not 60 from 64.
+Static part, exact up to the action head: frozen weights in bf16 (2 B/param) and, per trainable parameter, bf16
+weights and gradients (2 + 2 B) plus fp32 master weights and Adam moments (12 B). ZeRO-2 shares the 12 B across
+the processes; ZeRO-3 shares everything and gathers up to `stage3_max_live_parameters` at a time. A frozen text
+encoder is released once the prompt store holds every instruction, so it counts only at start-up.
+
+Activations come from MEASURED: bytes that autograd saves for backward (and peaks of the no-grad passes), counted
+on the CPU with real components at the real width by `python -m DiT4DiT.tools.measure_activation_memory`, which
+prints this table; tests/test_memory_estimate.py measures a smaller width and holds the estimate to within 10%.
+What the CPU counts and a device does not, or the other way round, is listed with the figures.
 """
 
 from __future__ import annotations
@@ -15,11 +19,50 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.facts import (DIT_SIZES, PATCH_SIZE, VAE_SPATIAL_FACTOR, is_under, latent_frame_count, module_paths,
-                           num_output_frames)
+from DiT4DiT.facts import (DIT_SIZES, PATCH_SIZE, SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, is_under,
+                           latent_frame_count, module_paths, num_output_frames)
 
 GIB = 1024**3
-ACTIVATION_BYTES_PER_TOKEN_UNIT = 34
+MEASURE_COMMAND = "python -m DiT4DiT.tools.measure_activation_memory"
+
+# Measured by MEASURE_COMMAND (2-core x86_64 CPU, torch 2.7.1, diffusers 0.38.0): bytes per sample in bf16
+# autocast with bf16 weights. Cosmos rows: the 2B layout (16 heads x 128 = 2048 wide, MLP 4x, AdaLN-LoRA 256,
+# cross-attention to text tokens projected from 28 x 3584), per video token (1,176 for robotwin's 3 views of
+# 224 px), per text token (512) and per sample. "block" is one transformer block (scales with the width), "outside"
+# is the rest of the model (embeddings, the text projection, the output layer; the 2B layout's). Checkpointed
+# blocks keep their input only. The feature pass runs under no_grad: its row is the peak it holds at once.
+# The action head: the robotwin head (DiT-B, 16 layers, features 2048 wide, dropout 0.2), per repeated sample, per
+# feature token and per action token (the state token included). The VAE: peak per pixel of one frame (views side
+# by side) while encoding a sample's 5 frames, or its conditioning frame, with no grad (Wan encodes 4 frames at a
+# time, so longer clips hold about the same). Not counted: allocator caching and kernels' workspaces; the NPU's fused
+# attention keeps (B, heads, S, 8) float32 softmax statistics where the CPU kernel keeps a (B, heads, S) logsumexp
+# (under 0.1% of a block).
+MEASURED = {
+    "hidden": 2048,  # the transformer's width: block rows scale with it
+    "text_projection_in": 28 * 3584,  # the text projection's input width, bf16, part of the "outside" rows
+    "vae_base_dim": 96,  # the Wan2.1 VAE's: the VAE rows scale with it
+    "video_pass_block": {"per_video_token": 218956.0, "per_text_token": 24640.0, "per_sample": 0.0, "per_pass": 0},
+    "video_pass_outside": {"per_video_token": 26260.0, "per_text_token": 204800.0, "per_sample": -569344.0,
+                           "per_pass": 602112},
+    "video_pass_checkpointed_block": {"per_video_token": 4096.0, "per_text_token": 0.0, "per_sample": 0.0,
+                                      "per_pass": 0},
+    "video_pass_checkpointed_outside": {"per_video_token": 37524.0, "per_text_token": 204800.0, "per_sample": 32768.0,
+                                        "per_pass": 0},
+    "feature_pass_peak": {"per_video_token": 82948.0, "per_text_token": 2048.0, "per_sample": -604464.0,
+                          "per_pass": 604464},
+    "action_head": {"per_feature_token": 28672.0, "per_action_token": 588768.0, "per_sample": 54722.0},
+    "action_head_checkpointed": {"per_feature_token": 4096.0, "per_action_token": 47200.0, "per_sample": 5570.0},
+    "vae_encode_peak_per_pixel": {"video_5_frames": 6629.0, "condition_frame": 1936.3},
+}
+# NPU only: torch_npu's fused RoPE, which our attention processor calls with q and k cast to float32, saves that
+# float32 input for backward in every self-attention: 2 x 4 bytes per hidden unit per video token per block (Ascend
+# op-plugin, op_plugin/config/derivatives.yaml: "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2) -> self, r1, r2:
+# npu_rotary_mul_backward(grad, self, r1, r2)"; docs/context/torch_npu-npu_rotary_mul.md). On the CPU and CUDA,
+# diffusers' RoPE saves only the cos/sin tables that every block shares.
+NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN = 2 * 4
+# DeepSpeed ZeRO-3 gathers at most this many parameters at once (ds_zero3.json's stage3_max_live_parameters).
+ZERO3_MAX_LIVE_PARAMETERS = 10**9
+MEASURED_HEAD = ("DiT-B", 16)  # the action head MEASURED holds: (type, layers)
 
 
 def safetensors_param_count(folder: Path) -> int | None:
@@ -36,25 +79,32 @@ def safetensors_param_count(folder: Path) -> int | None:
     return total
 
 
+def head_size(cfg) -> tuple[int, int]:
+    """(inner width, layers) of the action DiT."""
+    dit = cfg.framework.action_model.diffusion_model_cfg
+    heads, width = DIT_SIZES[cfg.framework.action_model.action_model_type]
+    return (dit.num_attention_heads or heads) * (dit.attention_head_dim or width), dit.num_layers
+
+
 def action_head_params(cfg) -> int:
     """Approximate size of the flow-matching action DiT (blocks dominate: ~12 d^2 per block plus cross-attention)."""
     dit = cfg.framework.action_model.diffusion_model_cfg
-    heads, width = DIT_SIZES[cfg.framework.action_model.action_model_type]
-    d = (dit.num_attention_heads or heads) * (dit.attention_head_dim or width)
-    blocks = dit.num_layers * (12 * d * d + 2 * d * dit.cross_attention_dim)
+    d, layers = head_size(cfg)
+    blocks = layers * (12 * d * d + 2 * d * dit.cross_attention_dim)
     mlps = 4 * cfg.framework.action_model.hidden_size**2
     return blocks + mlps
 
 
 @dataclass(frozen=True)
 class Estimate:
-    static_gib: float
-    activation_gib: float
-    tokens_per_sample: int
+    static_gib: float  # weights, gradients and optimizer state while training
+    activation_gib: float  # activations of one micro-batch at its peak
+    tokens_per_sample: int  # video tokens the transformer sees per sample
+    startup_gib: float = 0.0  # weights while the text encoder fills the prompt store, before it is released
 
     @property
     def total_gib(self) -> float:
-        return self.static_gib + self.activation_gib
+        return max(self.static_gib + self.activation_gib, self.startup_gib)
 
 
 PARTS = {name: f"backbone_interface.extractor.{name}" for name in ("text_encoder", "transformer", "vae")}
@@ -73,9 +123,80 @@ def mixture_views(data_mix: str, data_config: str = "auto") -> int:
     return max(len(entry_config(entry).video_keys) for entry in resolve_data_mix(data_mix, data_config))
 
 
-def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int) -> Estimate | None:
-    """Per-device GiB for `cfg` on `num_processes` devices with `views` cameras side by side per frame, or None
-    when the snapshot has no safetensors."""
+def measured_bytes(row: dict, video_tokens: float, text_tokens: float, batch: int) -> float:
+    """A MEASURED row for `batch` samples of `video_tokens` video and `text_tokens` text tokens."""
+    per_sample = row["per_video_token"] * video_tokens + row["per_text_token"] * text_tokens + row["per_sample"]
+    return batch * per_sample + row["per_pass"]
+
+
+def cosmos_block_saved_bytes(hidden: int, video_tokens: int, text_tokens: int, checkpointing: bool,
+                             batch: int = 1) -> float:
+    """Bytes a video pass saves for backward in one Cosmos block of width `hidden` (bf16 autocast)."""
+    row = MEASURED["video_pass_checkpointed_block" if checkpointing else "video_pass_block"]
+    return measured_bytes(row, video_tokens, text_tokens, batch) * hidden / MEASURED["hidden"]
+
+
+def video_passes_with_grad(cfg, transformer_frozen: bool) -> int:
+    """Transformer passes per step whose graph is kept for backward: none when nothing in them is trained, the
+    sampled losses' sampler steps, or the one flow-matching pass."""
+    cosmos = cfg.framework.cosmos25
+    if cosmos.training == "action" or transformer_frozen:
+        return 0
+    return cosmos.future_num_inference_steps if cosmos.future_loss_type in SAMPLED_LOSS_TYPES else 1
+
+
+def action_head_saved_bytes(cfg, video_tokens: int, checkpointing: bool) -> float:
+    """Bytes the action head saves for backward per sample (repeated_diffusion_steps copies of it), scaled from
+    the MEASURED head by width and layers."""
+    width, layers = head_size(cfg)
+    row = MEASURED["action_head_checkpointed" if checkpointing else "action_head"]
+    steps = cfg.framework.action_model.future_action_window_size + 2  # the action chunk and the state token
+    per_copy = row["per_feature_token"] * video_tokens + row["per_action_token"] * steps + row["per_sample"]
+    measured_type, measured_layers = MEASURED_HEAD
+    size = width / math.prod(DIT_SIZES[measured_type]) * layers / measured_layers
+    return cfg.trainer.repeated_diffusion_steps * per_copy * size
+
+
+def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: int, transformer_frozen: bool,
+                     head_frozen: bool, device_kind: str) -> float:
+    """One micro-batch's peak activation bytes: the prompt embeddings, then the largest of the VAE encode, the
+    feature pass, and what the step keeps until its backward (video passes, the action head, one recomputed block)."""
+    cosmos, trainer = cfg.framework.cosmos25, cfg.trainer
+    batch, text = cfg.datasets.vla_data.per_device_batch_size, cosmos.max_sequence_length
+    hidden, layers = tcfg["num_attention_heads"] * tcfg["attention_head_dim"], tcfg["num_layers"]
+    checkpointing = trainer.enable_gradient_checkpointing
+    # The stacked text-encoder layers, bf16, held for the whole step (the text projection's input).
+    prompts = batch * text * tcfg.get("crossattn_proj_in_channels", tcfg["text_embed_dim"]) * 2
+
+    passes = video_passes_with_grad(cfg, transformer_frozen)
+    outside = MEASURED["video_pass_checkpointed_outside" if checkpointing else "video_pass_outside"]
+    # The measured text-projection input is the prompts term already counted; the rest scales with the width.
+    measured_prompts = batch * text * MEASURED["text_projection_in"] * 2
+    rest = max(measured_bytes(outside, tokens, text, batch) - measured_prompts, 0.0) * hidden / MEASURED["hidden"]
+    per_pass = layers * cosmos_block_saved_bytes(hidden, tokens, text, checkpointing, batch) + rest
+    if device_kind == "npu":  # every block's copies, or the one block being recomputed
+        per_pass += NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN * hidden * tokens * batch * (1 if checkpointing else layers)
+    kept = passes * per_pass
+    if checkpointing and passes:  # the backward rebuilds one block's activations at a time
+        kept += cosmos_block_saved_bytes(hidden, tokens, text, False, batch)
+    if cosmos.training != "video" and not head_frozen:
+        kept += batch * action_head_saved_bytes(cfg, tokens, checkpointing)
+    vae_row = MEASURED["vae_encode_peak_per_pixel"]["video_5_frames" if passes else "condition_frame"]
+    vae = batch * pixels * vae_row * vae_base_dim / MEASURED["vae_base_dim"]
+    feature = 0.0
+    if cosmos.training != "video":  # the no-grad feature pass, before the video pass
+        feature = measured_bytes(MEASURED["feature_pass_peak"], tokens, text, batch) * hidden / MEASURED["hidden"]
+    # MEASURED is bf16; float32 modules (the tiny pipeline) hold twice the bytes.
+    precision = 2 if cosmos.torch_dtype == "float32" else 1
+    return precision * (prompts + max(vae, feature, kept))
+
+
+def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int, *, zero_stage: int = 2,
+                             device_kind: str = "npu") -> Estimate | None:
+    """Per-device GiB for `cfg` on `num_processes` devices with `views` cameras side by side per frame, under
+    DeepSpeed ZeRO `zero_stage` (2 or 3) on a `device_kind` device ("npu" adds the fused RoPE's float32 copies;
+    "cuda" or "cpu" does not), or None when the snapshot has no safetensors. Reads checkpointing from
+    trainer.enable_gradient_checkpointing and the batch from datasets.vla_data.per_device_batch_size."""
     base_model = Path(base_model)
     parts = {p: safetensors_param_count(base_model / p) for p in PARTS}
     if any(v is None for v in parts.values()):
@@ -83,15 +204,26 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
     parts["action_model"] = action_head_params(cfg)
     modules = {**PARTS, "action_model": "action_model"}
     frozen_parts = {p for p, module in modules.items() if is_frozen(module, cfg.trainer.freeze_modules)}
-    frozen = sum(n for p, n in parts.items() if p in frozen_parts)
-    trainable = sum(n for p, n in parts.items() if p not in frozen_parts)
-    static = 2 * frozen + trainable * (4 + 12 / max(num_processes, 1))
+    released = ("text_encoder" in frozen_parts and cfg.framework.cosmos25.prompt_cache
+                and not cfg.trainer.save_full_state_dict)
+    processes = max(num_processes, 1)
+
+    def static_bytes(with_text_encoder: bool) -> float:
+        counted = {p: n for p, n in parts.items() if with_text_encoder or p != "text_encoder" or not released}
+        frozen = sum(n for p, n in counted.items() if p in frozen_parts)
+        trainable = sum(n for p, n in counted.items() if p not in frozen_parts)
+        if zero_stage >= 3:
+            gathered = 2 * min(ZERO3_MAX_LIVE_PARAMETERS, frozen + trainable)
+            return (2 * frozen + 16 * trainable) / processes + gathered
+        return 2 * frozen + trainable * (4 + 12 / processes)
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
-    hidden = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
     data = cfg.datasets.vla_data
     latent_frames = latent_frame_count(num_output_frames(data.video_delta_indices, data.action_video_freq_ratio))
     side = VAE_SPATIAL_FACTOR * PATCH_SIZE
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
-    activations = ACTIVATION_BYTES_PER_TOKEN_UNIT * tokens * hidden * tcfg["num_layers"] * data.per_device_batch_size
-    return Estimate(static_gib=static / GIB, activation_gib=activations / GIB, tokens_per_sample=tokens)
+    vae_base_dim = json.loads((base_model / "vae" / "config.json").read_text()).get("base_dim", MEASURED["vae_base_dim"])
+    activations = activation_bytes(cfg, tcfg, vae_base_dim, tokens, views * data.image_size**2,
+                                   "transformer" in frozen_parts, "action_model" in frozen_parts, device_kind)
+    return Estimate(static_gib=static_bytes(False) / GIB, activation_gib=activations / GIB, tokens_per_sample=tokens,
+                    startup_gib=static_bytes(True) / GIB)

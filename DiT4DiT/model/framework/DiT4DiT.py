@@ -49,13 +49,16 @@ class DiT4DiT(nn.Module):
         action_cfg = config.framework.action_model
         self.chunk_len = action_cfg.future_action_window_size + 1
         self.autocast_enabled = autocast_enabled(config)
+        checkpointing = config.trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim) if has_action_head(config) else None
+        head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
+                if has_action_head(config) else None)
         vla = config.datasets.vla_data
         self.backbone_interface = CosmosBackboneInterface(
             config.framework.cosmos25,
             num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
             prompt_store_dir=prompt_store_root(config),
+            gradient_checkpointing=checkpointing,
         )
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head

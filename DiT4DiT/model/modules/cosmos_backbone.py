@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
-from DiT4DiT.facts import is_under, latent_frame_count
+from DiT4DiT.facts import SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
+from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
 from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
@@ -31,10 +32,6 @@ from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptSt
 log = logging.getLogger(__name__)
 
 EXTRACTOR_PATH = "backbone_interface.extractor"
-# The original's other future losses: sample the future latents (future_num_inference_steps sampler steps from
-# noise, gradient through every step) and compare them with the ground truth's latents, or decode them and
-# compare frames (L1 / MSE in [0, 1]).
-SAMPLED_LOSS_TYPES = ("latent_mse", "pixel_l1", "pixel_mse")
 
 
 class FrameCountWarning(UserWarning):
@@ -129,12 +126,17 @@ class CosmosFeatureExtractor(nn.Module):
         early_exit: bool = True,
         future_loss_type: str = "flow_matching",
         future_num_inference_steps: int = 1,
+        gradient_checkpointing: bool = False,
     ):
         super().__init__()
         self.text_encoder = components.text_encoder
         self.vae = components.vae
         self.transformer = components.transformer
         use_our_attention(self.transformer)  # diffusers' math without the no-op K/V copy; fused RoPE on NPU
+        if gradient_checkpointing:
+            # diffusers' Cosmos transformer checkpoints each block it runs with grad enabled (the video passes;
+            # the feature pass runs under no_grad and keeps nothing), through our non-reentrant call.
+            self.transformer.enable_gradient_checkpointing(checkpointed)
         self.tokenizer = components.tokenizer
         self.scheduler = components.scheduler
         # Non-persistent buffers: they move with the model (no copy per step) and stay out of checkpoints (they
@@ -402,11 +404,12 @@ class CosmosFeatureExtractor(nn.Module):
 class CosmosBackboneInterface(nn.Module):
     """Loads the pipeline that `framework.cosmos25` names and turns example frames into the extractor's inputs.
 
-    `num_frames_out` (frames per sample, from the data section) and `prompt_store_dir` (where the store lives) are
-    the two values it needs from outside its section; the framework derives them.
+    `num_frames_out` (frames per sample, from the data section), `prompt_store_dir` (where the store lives) and
+    `gradient_checkpointing` (trainer.enable_gradient_checkpointing) are the values it needs from outside its
+    section; the framework passes them.
     """
 
-    def __init__(self, cosmos, num_frames_out: int, prompt_store_dir: Path):
+    def __init__(self, cosmos, num_frames_out: int, prompt_store_dir: Path, gradient_checkpointing: bool = False):
         super().__init__()
         self.training_mode = cosmos.training
         fm = cosmos.flow_matching
@@ -436,6 +439,7 @@ class CosmosBackboneInterface(nn.Module):
             prompt_store=store,
             future_loss_type=cosmos.future_loss_type,
             future_num_inference_steps=cosmos.future_num_inference_steps,
+            gradient_checkpointing=gradient_checkpointing,
         )
 
     def _stack_frames(self, images: list, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -13,6 +13,8 @@ from diffusers.models.attention_processor import Attention
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from torch import nn
 
+from DiT4DiT.model.modules.activation_checkpointing import run_block
+
 
 class TimestepEncoder(nn.Module):
     """Integer flow-matching time bucket -> (B, dim) embedding (256 sinusoidal channels, cos first)."""
@@ -104,6 +106,8 @@ class DiT(nn.Module):
         super().__init__()
         self.inner_dim = num_attention_heads * attention_head_dim
         self.interleave_self_attention = interleave_self_attention
+        # trainer.enable_gradient_checkpointing: each block is recomputed in the backward pass.
+        self.gradient_checkpointing = False
         self.timestep_encoder = TimestepEncoder(self.inner_dim)
         self.transformer_blocks = nn.ModuleList(
             BasicTransformerBlock(
@@ -132,7 +136,7 @@ class DiT(nn.Module):
         temb = self.timestep_encoder(timestep)
         for index, block in enumerate(self.transformer_blocks):
             context = None if self._is_self_attention(index) else encoder_hidden_states
-            hidden_states = block(hidden_states, temb, context)
+            hidden_states = run_block(block, self.gradient_checkpointing, hidden_states, temb, context)
         # Note the (shift, scale) order here, the opposite of the blocks' (scale, shift).
         shift, scale = self.proj_out_1(F.silu(temb)).chunk(2, dim=1)
         hidden_states = self.norm_out(hidden_states) * (1 + scale[:, None]) + shift[:, None]

@@ -158,9 +158,9 @@ class FlowmatchingActionHead(nn.Module):
         return actions
 
 
-def build_action_head(action_cfg, feature_dim: int) -> FlowmatchingActionHead:
+def build_action_head(action_cfg, feature_dim: int, gradient_checkpointing: bool = False) -> FlowmatchingActionHead:
     """The head described by `framework.action_model` (checked when the config loaded), attending to features
-    `feature_dim` wide."""
+    `feature_dim` wide; `gradient_checkpointing` recomputes its DiT blocks in the backward pass."""
     dit_cfg = action_cfg.diffusion_model_cfg
     heads, head_dim = dit_cfg.num_attention_heads, dit_cfg.attention_head_dim
     if heads is None:
@@ -175,6 +175,7 @@ def build_action_head(action_cfg, feature_dim: int) -> FlowmatchingActionHead:
         final_dropout=dit_cfg.final_dropout,
         interleave_self_attention=dit_cfg.interleave_self_attention,
     )
+    dit.gradient_checkpointing = gradient_checkpointing
     return FlowmatchingActionHead(
         action_dim=action_cfg.action_dim,
         state_dim=action_cfg.state_dim,

@@ -1,0 +1,308 @@
+"""Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
+DiT4DiT/doctor/memory_estimate.py holds (MEASURED).
+
+    python -m DiT4DiT.tools.measure_activation_memory              # real width: 1 min on 2 cores, 2.2 GiB
+    python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
+
+Real components with random weights in bf16, run under bf16 autocast as training runs them:
+- Cosmos transformer blocks at the Cosmos-Predict2.5-2B layout (16 heads x 128 = 2048, MLP 4x, AdaLN-LoRA 256,
+  cross-attention to 512 text tokens of 1024 projected from 28 x 3584), through our attention processor. Per
+  block = (2 blocks) - (1 block); outside = (1 block) - (per block). Each is fitted over two video token counts,
+  two text lengths and a batch of 1 or 2: bytes = batch * (a * video_tokens + b * text_tokens + c) + d.
+- The action DiT (the robotwin head: DiT-B, 16 layers, features 2048 wide), bf16 weights as DeepSpeed's bf16
+  casts them, dropout 0.2 as the original's configs, in training mode.
+- The Wan2.1 VAE encoding 5 frames, and the feature pass (no grad): the peak bytes of the tensors they hold at once.
+
+Two counters, both independent of any allocator:
+- saved for backward: torch.autograd.graph.saved_tensors_hooks sees every tensor autograd keeps; each storage
+  is counted once (views and tensors shared between blocks are one storage), parameters left out.
+- peak while running (no grad): a dispatch mode follows each storage an operator creates until it is freed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR
+from DiT4DiT.model.modules.activation_checkpointing import checkpointed
+from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG
+
+# Shapes measured at: robotwin's 3 views of 224 px and 2 latent frames (1,176 tokens), its 512-token prompts, and
+# half of each, to separate the parts that grow with video tokens from those that grow with text tokens.
+VIDEO_SHAPES = ((2, 14, 42), (2, 14, 21))  # (latent frames, patches high, patches wide)
+TEXT_TOKENS = (512, 256)
+HEAD_SHAPES = ((1176, 8), (588, 8), (1176, 16))  # (feature tokens, action steps)
+DROPOUT = 0.2  # the original's LIBERO, RoboCasa and G1 action heads
+ROBOTWIN_YAML = Path(__file__).resolve().parents[1] / "config" / "robotwin" / "dit4dit_robotwin.yaml"
+
+
+def progress(message: str) -> None:
+    """One line on stderr with the process's peak RSS so far (the tool is meant to stay within a few GB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+    print(f"{message} (peak RSS {peak:.2f} GiB)", file=sys.stderr, flush=True)
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def saved_for_backward_bytes(run, exclude=()) -> tuple[int, object]:
+    """(bytes of the distinct storages autograd saves while `run()` records its graph, run's result); storages of
+    `exclude` (the parameters) are left out. The storages are held until counted, so no address is reused."""
+    excluded = {storage_key(t) for t in exclude}
+    saved: dict[int, torch.UntypedStorage] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in excluded and storage.nbytes():
+            saved[storage.data_ptr()] = storage
+        # Detached: a saved output handed back as itself would hold its own grad_fn, a cycle gc cannot break.
+        return tensor.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = run()
+    return sum(s.nbytes() for s in saved.values()), result
+
+
+class PeakLiveBytes(TorchDispatchMode):
+    """Peak bytes of the storages created inside the mode that are alive at once (inputs and weights made
+    before it are not counted)."""
+
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.live = {key: (ref, size) for key, (ref, size) in self.live.items() if not ref.expired()}
+        out = func(*args, **(kwargs or {}))
+        # Views and in-place results share an argument's storage: nothing new is allocated.
+        shared = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for tensor in tree_leaves(out):
+            if (isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes()
+                    and storage_key(tensor) not in shared):
+                ref = StorageWeakRef(tensor.untyped_storage())
+                self.live.setdefault(ref.cdata, (ref, tensor.untyped_storage().nbytes()))
+        self.peak = max(self.peak, sum(size for _, size in self.live.values()))
+        return out
+
+
+def peak_live_bytes(run) -> int:
+    with PeakLiveBytes() as mode:
+        run()
+    return mode.peak
+
+
+@dataclass
+class Linear:
+    """bytes = batch * (per_video_token * video_tokens + per_text_token * text_tokens + per_sample) + per_pass."""
+
+    per_video_token: float
+    per_text_token: float
+    per_sample: float
+    per_pass: float
+
+
+def fit(measure) -> Linear:
+    """`measure(batch, video_shape, text_tokens)` -> bytes, fitted over VIDEO_SHAPES x TEXT_TOKENS and a batch of
+    1 or 2 (four points; the batch of 2 at the smaller shape, to stay within a few GB)."""
+    tokens = [frames * h * w for frames, h, w in VIDEO_SHAPES]
+    base = measure(1, VIDEO_SHAPES[0], TEXT_TOKENS[0])
+    smaller = measure(1, VIDEO_SHAPES[1], TEXT_TOKENS[0])
+    per_video = (base - smaller) / (tokens[0] - tokens[1])
+    per_text = (base - measure(1, VIDEO_SHAPES[0], TEXT_TOKENS[1])) / (TEXT_TOKENS[0] - TEXT_TOKENS[1])
+    one_sample = measure(2, VIDEO_SHAPES[1], TEXT_TOKENS[0]) - smaller
+    per_sample = one_sample - per_video * tokens[1] - per_text * TEXT_TOKENS[0]
+    return Linear(per_video, per_text, per_sample, smaller - one_sample)
+
+
+@contextlib.contextmanager
+def built_in_bf16():
+    """Modules made inside get bf16 weights from the start (no float32 copy of the weights in memory)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(default)
+
+
+def cosmos_transformer(heads: int, blocks: int = 2, text_projection: bool = True) -> torch.nn.Module:
+    """The 2B transformer's layout with `heads` heads of 128 and `blocks` blocks, random bf16 weights; without
+    `text_projection` the text arrives projected (1024 wide), which changes nothing inside the blocks."""
+    from diffusers import CosmosTransformer3DModel
+
+    torch.manual_seed(0)
+    config = {**COSMOS_2B_TRANSFORMER_CONFIG, "num_attention_heads": heads, "num_layers": blocks,
+              "use_crossattn_projection": text_projection}
+    with built_in_bf16():
+        transformer = CosmosTransformer3DModel(**config).train()
+    use_our_attention(transformer)
+    return transformer
+
+
+def transformer_inputs(transformer, batch: int, video_shape, text_tokens: int) -> dict:
+    """Inputs as the backbone gives them: latents and the condition mask, per-frame timesteps, the text encoder's
+    stacked layers (projected by the transformer), and a padding mask in pixels."""
+    config = transformer.config
+    frames, high, wide = video_shape
+    h, w = high * PATCH_SIZE, wide * PATCH_SIZE
+    text_width = config.crossattn_proj_in_channels if config.use_crossattn_projection else config.text_embed_dim
+    generator = torch.Generator().manual_seed(0)
+    return dict(
+        hidden_states=torch.randn(batch, config.out_channels, frames, h, w, generator=generator).bfloat16(),
+        condition_mask=torch.zeros(batch, 1, frames, h, w, dtype=torch.bfloat16),
+        timestep=torch.rand(batch, 1, frames, 1, 1, generator=generator),
+        encoder_hidden_states=torch.randn(batch, text_tokens, text_width, generator=generator).bfloat16(),
+        padding_mask=torch.zeros(1, 1, h * VAE_SPATIAL_FACTOR, w * VAE_SPATIAL_FACTOR, dtype=torch.bfloat16),
+        return_dict=False,
+    )
+
+
+@contextlib.contextmanager
+def first_blocks(transformer, count: int):
+    """The transformer running only its first `count` blocks."""
+    blocks = transformer.transformer_blocks
+    transformer.transformer_blocks = blocks[:count]
+    try:
+        yield
+    finally:
+        transformer.transformer_blocks = blocks
+
+
+def cosmos_saved_bytes(transformer, blocks: int, batch: int, video_shape, text_tokens: int, checkpointing: bool) -> int:
+    """Bytes saved for backward by a video pass through the first `blocks` blocks."""
+    inputs = transformer_inputs(transformer, batch, video_shape, text_tokens)
+    if checkpointing:
+        transformer.enable_gradient_checkpointing(checkpointed)
+    else:
+        transformer.disable_gradient_checkpointing()
+    with first_blocks(transformer, blocks), torch.autocast("cpu", dtype=torch.bfloat16):
+        saved, _ = saved_for_backward_bytes(lambda: transformer(**inputs), exclude=transformer.parameters())
+    progress(f"video pass, {blocks} block(s), batch {batch}, {video_shape}, {text_tokens} text tokens, "
+             f"checkpointing {checkpointing}: {saved / 2**20:.1f} MiB saved")
+    return saved
+
+
+def cosmos_block_figures(transformer, checkpointing: bool) -> dict[str, Linear]:
+    """{'block': one more block, 'outside': the rest (embeddings, text projection, output layer)}."""
+    one = fit(lambda batch, shape, text: cosmos_saved_bytes(transformer, 1, batch, shape, text, checkpointing))
+    two = fit(lambda batch, shape, text: cosmos_saved_bytes(transformer, 2, batch, shape, text, checkpointing))
+    block = Linear(*(b - a for a, b in zip(vars(one).values(), vars(two).values())))
+    outside = Linear(*(a - b for a, b in zip(vars(one).values(), vars(block).values())))
+    return {"block": block, "outside": outside}
+
+
+def feature_pass_peak(transformer) -> Linear:
+    """Peak bytes held at once by a no-grad pass through 2 blocks (the feature pass keeps no graph)."""
+
+    def measure(batch: int, shape, text: int) -> int:
+        inputs = transformer_inputs(transformer, batch, shape, text)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            peak = peak_live_bytes(lambda: transformer(**inputs))
+        progress(f"feature pass, batch {batch}, {shape}, {text} text tokens: peak {peak / 2**20:.1f} MiB")
+        return peak
+
+    return fit(measure)
+
+
+def action_head_figures(checkpointing: bool) -> dict[str, float]:
+    """Bytes saved by the robotwin action head per repeated sample: per feature token, per action token (the
+    state token included), and per sample."""
+    from DiT4DiT.config.schema import load_config
+    from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
+
+    cfg = load_config(ROBOTWIN_YAML, [f"framework.action_model.diffusion_model_cfg.dropout={DROPOUT}"])
+    action_cfg = cfg.framework.action_model
+    torch.manual_seed(0)
+    with built_in_bf16():
+        head = build_action_head(action_cfg, feature_dim=2048, gradient_checkpointing=checkpointing).train()
+
+    def measure(features: int, steps: int) -> int:
+        vl = torch.randn(1, features, 2048, dtype=torch.bfloat16)
+        actions = torch.randn(1, steps, action_cfg.action_dim, dtype=torch.bfloat16)
+        state = torch.randn(1, 1, action_cfg.state_dim, dtype=torch.bfloat16)
+        mask = torch.ones(1, steps, action_cfg.action_dim, dtype=torch.bool)
+        saved, _ = saved_for_backward_bytes(lambda: head(vl, actions, mask, state), exclude=head.parameters())
+        progress(f"action head, {features} feature tokens, {steps} action steps, checkpointing {checkpointing}: "
+                 f"{saved / 2**20:.1f} MiB saved")
+        return saved
+
+    (f0, s0), (f1, _), (_, s2) = HEAD_SHAPES
+    base = measure(f0, s0)
+    per_feature = (base - measure(f1, s0)) / (f0 - f1)
+    per_action = (measure(f0, s2) - base) / (s2 - s0)
+    return {"per_feature_token": per_feature, "per_action_token": per_action,
+            "per_sample": base - per_feature * f0 - per_action * (s0 + 1)}
+
+
+def vae_encode_peak() -> tuple[int, dict[str, float]]:
+    """(the VAE's base width, peak bytes held at once per pixel (of one frame, all views side by side) by the
+    Wan2.1 VAE encoding one sample's 5 frames, and its conditioning frame, with no grad)."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(0)
+    with built_in_bf16():
+        vae = AutoencoderKLWan().eval()  # the class defaults are the Wan2.1 VAE
+    figures = {}
+    for name, frames in (("video_5_frames", 5), ("condition_frame", 1)):
+        per_pixel = []
+        for wide in (224, 448):
+            video = torch.rand(1, 3, frames, 224, wide, dtype=torch.bfloat16) * 2 - 1
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                peak = peak_live_bytes(lambda: vae.encode(video).latent_dist.mode())
+            progress(f"VAE encode, {frames} frame(s) of 224 x {wide}: peak {peak / 2**20:.1f} MiB")
+            per_pixel.append(peak / (224 * wide))
+        figures[name] = round(max(per_pixel), 1)
+    return vae.config.base_dim, figures
+
+
+def measure_all(heads: int) -> dict:
+    """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
+    MEASURED in DiT4DiT/doctor/memory_estimate.py holds it."""
+    transformer = cosmos_transformer(heads)
+    table = {"hidden": heads * 128, "text_projection_in": transformer.config.crossattn_proj_in_channels}
+    for name, checkpointing in (("video_pass", False), ("video_pass_checkpointed", True)):
+        for part, line in cosmos_block_figures(transformer, checkpointing).items():
+            table[f"{name}_{part}"] = rounded(vars(line))
+    transformer.disable_gradient_checkpointing()
+    table["feature_pass_peak"] = rounded(vars(feature_pass_peak(transformer)))
+    del transformer
+    for name, checkpointing in (("action_head", False), ("action_head_checkpointed", True)):
+        table[name] = rounded(action_head_figures(checkpointing))
+    table["vae_base_dim"], table["vae_encode_peak_per_pixel"] = vae_encode_peak()
+    return table
+
+
+def rounded(figures: dict[str, float]) -> dict[str, float]:
+    return {key: round(value, 1) for key, value in figures.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--heads", type=int, default=COSMOS_2B_TRANSFORMER_CONFIG["num_attention_heads"],
+                        help="attention heads of 128 (16: the real 2048 width)")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    start = time.monotonic()
+    table = measure_all(args.heads)
+    print(json.dumps(table, indent=1))
+    print(f"# bytes per sample; measured in {time.monotonic() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

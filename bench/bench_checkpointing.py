@@ -1,0 +1,116 @@
+"""Activation checkpointing (trainer.enable_gradient_checkpointing) at the `large` size: the bytes a training step
+saves for backward and the CPU step time, with and without it, in one run.
+
+    .venv/bin/python bench/bench_checkpointing.py [--blocks 12] [--image 128] [--batch 2] [--steps 8] [--threads 2]
+
+The `large` size is bench_model.py's --deep model (a Cosmos transformer of 12 blocks, 16 heads x 64 = 1024 wide,
+features from block 7, the tiny text encoder and VAE frozen, the tiny config's action head) at 128 px per view,
+joint mode, float32 on the CPU. One model is built; checkpointing is switched on and off between blocks of steps
+(forward + backward + AdamW, timed with and without AdamW), so both see the same machine load. Saved bytes are counted by
+torch.autograd.graph.saved_tensors_hooks (each storage once, parameters left out) over the model's forward.
+The real width's per-block figures: python -m DiT4DiT.tools.measure_activation_memory.
+
+glibc hands large freed blocks back to the kernel, so on the CPU a step that keeps more activations also faults
+more fresh pages in; a device's caching allocator does not. To time the recomputation alone, keep freed memory:
+    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=1073741824 \
+        .venv/bin/python bench/bench_checkpointing.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+
+import bench_model  # noqa: E402
+from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
+
+from DiT4DiT.config.schema import load_config  # noqa: E402
+from DiT4DiT.facts import latent_frame_count  # noqa: E402
+from DiT4DiT.model.framework import build_framework  # noqa: E402
+from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
+from DiT4DiT.model.modules.activation_checkpointing import checkpointed  # noqa: E402
+from DiT4DiT.model.modules.cosmos_pipeline import PipelineShape  # noqa: E402
+from DiT4DiT.tools.measure_activation_memory import saved_for_backward_bytes  # noqa: E402
+
+
+def set_checkpointing(model, on: bool) -> None:
+    """What trainer.enable_gradient_checkpointing sets when the model is built, switched on one model."""
+    transformer = model.backbone_interface.extractor.transformer
+    if on:
+        transformer.enable_gradient_checkpointing(checkpointed)
+    else:
+        transformer.disable_gradient_checkpointing()
+    model.action_model.model.gradient_checkpointing = on
+
+
+def saved_bytes(model, examples) -> int:
+    return saved_for_backward_bytes(lambda: model(examples), exclude=model.parameters())[0]
+
+
+def step_seconds(model, examples, optimizer) -> tuple[float, float]:
+    """(forward + backward, the whole step with AdamW) in seconds: checkpointing changes only the first."""
+    start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    sum(model(examples).values()).backward()
+    backward_done = time.perf_counter()
+    optimizer.step()
+    return backward_done - start, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--image", type=int, default=128, help="pixels per side of the one view")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8, help="measured steps per setting")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    width = bench_model.DEEP_HEADS * bench_model.DEEP_HEAD_DIM
+    shape = PipelineShape(hidden_size=width, num_blocks=args.blocks, temporal_factor=4)
+    with tempfile.TemporaryDirectory() as tmp, bench_model.substituted_backbone(shape, bench_model.deep_components(args.blocks)):
+        cfg = load_config(TINY_YAML, [
+            f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}", "framework.cosmos25.base_model=random-deep",
+            f"framework.cosmos25.extract_layer={round(0.6 * args.blocks)}", f"framework.cosmos25.vl_hidden_dim={width}",
+            f"datasets.vla_data.image_size={args.image}",
+            f"framework.action_model.diffusion_model_cfg.cross_attention_dim={width}"])
+        torch.manual_seed(0)
+        model = build_framework(cfg)
+        freeze_modules(model, bench_model.FROZEN)
+        examples = make_examples(cfg, batch=args.batch, views=1)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+        cpu = torch.device("cpu")
+
+        saved, times = {}, {False: [], True: []}
+        for on in (False, True):
+            set_checkpointing(model, on)
+            saved[on] = saved_bytes(model, examples)
+            step_seconds(model, examples, optimizer)  # warm-up
+        for _ in range(0, args.steps, 2):
+            for on in (False, True):
+                set_checkpointing(model, on)
+                times[on].extend(step_seconds(model, examples, optimizer) for _ in range(2))
+    median = {on: [statistics.median(t[i] for t in runs) for i in (0, 1)] for on, runs in times.items()}
+    tokens = latent_frame_count(model.backbone_interface.num_frames_out) * (args.image // 16) ** 2
+    print(f"large: {args.blocks} Cosmos blocks of {width}, {args.image} px ({tokens} tokens), batch {args.batch}, "
+          "joint mode, float32, "
+          f"{torch.get_num_threads()} threads, {len(times[True])} steps per setting")
+    for on in (False, True):
+        print(f"  checkpointing {'on ' if on else 'off'}: saved for backward {saved[on] / 2**20:8.1f} MiB, forward + "
+              f"backward {median[on][0] * 1e3:8.1f} ms, whole step {median[on][1] * 1e3:8.1f} ms (medians)")
+    print(f"  saved bytes off / on: {saved[False] / saved[True]:.2f}x; time on / off: forward + backward "
+          f"{median[True][0] / median[False][0]:.2f}x, whole step {median[True][1] / median[False][1]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
