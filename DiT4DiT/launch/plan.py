@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from DiT4DiT.launch import environment, host_kind, network, preflight, values
+from DiT4DiT.launch import environment, host_kind, network, npu_topology, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
@@ -198,6 +198,7 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     if too_old:
         raise UsageError(too_old)
     try:
+        npu_topology.soc_override(opts.given("soc"))  # a bad DIT4DIT_SOC is refused on every host, not only an NPU one
         host = facts.detect(opts.given("device"), opts.given("soc"))
     except ValueError as err:  # a bad DIT4DIT_SOC
         raise UsageError(str(err)) from None

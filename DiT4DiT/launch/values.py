@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
+from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides, read_config_file
 
 SHOWN = ("run_root_dir", "run_id", "framework.cosmos25.base_model", "datasets.vla_data.data_root_dir",
          "datasets.vla_data.data_mix")
@@ -58,7 +58,7 @@ def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[
     if problem:
         raise ConfigError(problem)
     cfg = load_config(config_yaml, items)
-    yaml_cfg = OmegaConf.load(config_yaml)
+    yaml_cfg = read_config_file(config_yaml)
     overridden = {item.split("=", 1)[0] for item in items}
     values = {}
     for key in [*SHOWN, *(k for k in sorted(overridden) if k not in SHOWN)]:
