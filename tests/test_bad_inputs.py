@@ -63,6 +63,11 @@ def _mixture(text):
     return lambda tmp: (tmp / "mix.yaml").write_text(text)
 
 
+def _link_loop(tmp):
+    os.symlink(tmp / "loop_b", tmp / "loop_a")
+    os.symlink(tmp / "loop_a", tmp / "loop_b")
+
+
 def _link_outside(tmp):
     (tmp / "outside").mkdir()
     (tmp / "runs").mkdir()
@@ -136,6 +141,19 @@ ROWS = [
     BadInput("stall timeout 1e30", ("--trainer.stall_timeout_s=1e30",), 2,
              ("trainer.stall_timeout_s: must be at most 86400", "a day")),
     BadInput("seed 1e20", ("--seed=1e20",), 2, ("seed: must be at most 4294967295, got 1e+20",)),
+    BadInput("run id of 300 characters", ("--run_id=" + "r" * 300,), 2,
+             ("run_id of 300 characters", "at most 255 bytes", "shorter --run_id")),
+    BadInput("run root dir a link loop", ("--run_root_dir={tmp}/loop_a",), 2,
+             ("run_root_dir:", "loop_a cannot be resolved", "symbolic link loop"), _link_loop),
+    BadInput("data root a link loop", ("--datasets.vla_data.data_root_dir={tmp}/loop_a",), 2,
+             ("datasets.vla_data.data_root_dir", "loop_a"), _link_loop),
+    BadInput("base model a link loop", ("--framework.cosmos25.base_model={tmp}/loop_a",), 2,
+             ("framework.cosmos25.base_model", "loop_a"), _link_loop),
+    BadInput("data mix a link loop", ("--datasets.vla_data.data_mix={tmp}/loop_a",), 2,
+             ("datasets.vla_data.data_mix: ", "loop_a cannot be resolved"), _link_loop),
+    BadInput("mixture entry a link loop", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml, entry 1: path: ", "loop_a cannot be resolved"),
+             lambda tmp: (_link_loop(tmp), _mixture("- {path: loop_a}\n")(tmp))),
     BadInput("workers 1e5", ("--datasets.vla_data.num_workers=100000",), 2,
              ("datasets.vla_data.num_workers: must be at most 64", "a process")),
 ]

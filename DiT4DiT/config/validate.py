@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.paths import resolved
 from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR, latent_frame_count, num_output_frames
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
@@ -49,9 +50,10 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
              f"run_id of {len(run_id)} characters ({len(run_id.encode())} bytes): a folder name is at most "
              f"{MAX_NAME_BYTES} bytes on Linux file systems; pick a shorter --run_id")
     root = Path(run_root_dir)
-    _require(root.resolve() in (root / run_id).resolve().parents,
-             f"run_id {run_id!r}: {root / run_id} resolves to {(root / run_id).resolve()}, outside run_root_dir "
-             f"{root.resolve()} (a symbolic link?); pick another --run_id")
+    root_path, run_path = resolved(root, "run_root_dir"), resolved(root / run_id, "run_id")
+    _require(root_path in run_path.parents,
+             f"run_id {run_id!r}: {root / run_id} resolves to {run_path}, outside run_root_dir "
+             f"{root_path} (a symbolic link?); pick another --run_id")
     return root / run_id
 
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import yaml
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.paths import resolved
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.yaml_files import checked_yaml_text
 
@@ -134,7 +135,7 @@ def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry
         close = difflib.get_close_matches(str(config), list(DATA_CONFIGS), n=1)
         raise ConfigError(f"{where}: data_config {config!r} is not a data config{f'; did you mean {close[0]!r}?' if close else ''} "
                           f"(known: auto, {', '.join(DATA_CONFIGS)})")
-    folder = (path.parent / str(item["path"])).expanduser().resolve()
+    folder = resolved((path.parent / str(item["path"])).expanduser(), f"{where}: path")
     if not is_dataset(folder):
         raise ConfigError(f"{where}: {folder} is not a LeRobot dataset folder (no meta/info.json); fix 'path' "
                           "(relative paths start at the mixture file's folder)")
@@ -157,7 +158,7 @@ def resolve_data_mix(data_mix: str, data_config: str = "auto") -> list[MixtureEn
     datasets are read through `data_config` (a mixture file's entries may name their own)."""
     if not is_path(data_mix):
         return resolve_mixture(data_mix)
-    path = Path(data_mix).expanduser().resolve()
+    path = resolved(Path(data_mix).expanduser(), "datasets.vla_data.data_mix")
     if path.suffix in MIXTURE_FILE_SUFFIXES and path.is_file():
         entries = _mixture_file(path, data_config)
     elif is_dataset(path):
