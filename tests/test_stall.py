@@ -4,6 +4,7 @@ each of two "nodes") with one rank stopped by SIGSTOP: the job ends with 76 and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -174,9 +175,23 @@ def stall_options(timeout: int, tiny_pipeline_dir: Path, tiny_robotwin_root: Pat
             "--trainer.save_interval=2", f"--trainer.stall_timeout_s={timeout}", "--trainer.collective_timeout_s=600"]
 
 
+LIMIT_S = 600
+
+
+def end_job(launcher: subprocess.Popen) -> str:
+    """The launcher's output, after ending whatever of its job still runs (its trainer has a session of its own)."""
+    if launcher.poll() is None:
+        for agent in children(launcher.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(agent, signal.SIGKILL)
+        launcher.kill()
+    return launcher.communicate()[0]
+
+
 def stop_a_rank_and_watch(launchers: list[subprocess.Popen], run_dir: Path, victim: int, logs: list[Path]) -> dict:
     """After two steps and a saved state, SIGSTOP rank `victim`; seconds from the stop until the named line,
-    each launcher's exit, and the stopped process gone (a zombie counts: it no longer runs)."""
+    each launcher's exit, and the stopped process gone (a zombie counts: it no longer runs), for what happened
+    within LIMIT_S."""
     deadline = time.monotonic() + 900
     while not (ckpt.completed_states(run_dir / "checkpoints") and len(steps_logged(run_dir)) >= 3):
         assert all(p.poll() is None for p in launchers) and time.monotonic() < deadline, logs[0].read_text()[-3000:]
@@ -187,9 +202,8 @@ def stop_a_rank_and_watch(launchers: list[subprocess.Popen], run_dir: Path, vict
     assert sorted(ranks) == [0, 1], ranks
     os.kill(ranks[victim], signal.SIGSTOP)
     stopped, times = time.monotonic(), {}
-    while len(times) < len(launchers) + 2:
+    while len(times) < len(launchers) + 2 and time.monotonic() - stopped < LIMIT_S:  # a deadline, not a measure
         elapsed = time.monotonic() - stopped
-        assert elapsed < 600, f"the job still runs 600 s after the stop: {times}"
         if "named" not in times and "RankStalled: rank" in "".join(log.read_text() for log in logs if log.exists()):
             times["named"] = elapsed
         if "stopped rank gone" not in times and gone(ranks[victim]):
@@ -222,16 +236,15 @@ def test_a_stopped_rank_ends_the_launchers_job_with_76(tiny_pipeline_dir, tiny_r
     try:
         times = stop_a_rank_and_watch([launcher], run_dir, 1, [run_dir / "train.log"])
     finally:
-        launcher.kill() if launcher.poll() is None else None
-        output = launcher.communicate()[0]
+        output = end_job(launcher)
+    print(f"one node, 2 ranks, stall_timeout_s={timeout}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
     text = (run_dir / "train.log").read_text()
-    assert launcher.returncode == EXIT_STALLED, output[-3000:]
+    assert len(times) == 3 and launcher.returncode == EXIT_STALLED, output[-3000:]
     assert re.search(r"\[rank 0\] RankStalled: rank 1 on host \S+ has made no progress for \d+ s \(last step \d+\)", text), text[-3000:]
     # Killed by rank 0, right after the named line (not by torchrun after its 30 s grace, nor by the launcher)
     assert re.search(r"\[rank 0\] sent SIGKILL to the stalled rank's process \d+", text), text[-3000:]
     assert "train_8p.sh: SIGKILL" not in text and text.rstrip().endswith(f"=== exit code {EXIT_STALLED}")
     assert_last_state_intact(run_dir)
-    print(f"one node, 2 ranks, stall_timeout_s={timeout}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 
 
 @pytest.mark.slow
@@ -247,14 +260,12 @@ def test_a_stopped_rank_alone_on_its_node_is_ended_by_that_nodes_launcher(tiny_p
     try:
         times = stop_a_rank_and_watch(launchers, run_dir, 1, [run_dir / "train.log", run_dir / "train.node1.log"])
     finally:
-        outputs = []
-        for launcher in launchers:
-            launcher.kill() if launcher.poll() is None else None
-            outputs.append(launcher.communicate()[0])
+        outputs = [end_job(launcher) for launcher in launchers]
+    print(f"two nodes, 1 rank each, stall_timeout_s={timeout}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
     node0, node1 = (run_dir / "train.log").read_text(), (run_dir / "train.node1.log").read_text()
+    assert len(times) == 4, times
     assert [launcher.returncode for launcher in launchers] == [EXIT_STALLED, EXIT_STALLED], [o[-2000:] for o in outputs]
     assert re.search(r"\[rank 0\] RankStalled: rank 1 on host \S+", node0), node0[-3000:]
     assert "sent SIGKILL" not in node0  # rank 1 runs under another node's agent: not rank 0's to kill
     assert re.search(r"train_8p.sh: SIGKILL to rank process \d+: stopped for \d+ s", node1), node1[-3000:]
     assert_last_state_intact(run_dir)
-    print(f"two nodes, 1 rank each, stall_timeout_s={timeout}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
