@@ -179,11 +179,13 @@ LIMIT_S = 600
 
 
 def end_job(launcher: subprocess.Popen) -> str:
-    """The launcher's output, after ending whatever of its job still runs (its trainer has a session of its own)."""
+    """The launcher's output, after ending whatever of its job still runs: its trainer has a session of its own, and
+    torchrun starts each rank in another (a stopped rank would hold the log's pipe, and so this call, forever)."""
     if launcher.poll() is None:
         for agent in children(launcher.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(agent, signal.SIGKILL)
+            for pid in [*children(agent), agent]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         launcher.kill()
     return launcher.communicate()[0]
 
