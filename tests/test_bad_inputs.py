@@ -41,6 +41,33 @@ def _truncated_weights(tmp):
     shard.write_bytes(shard.read_bytes()[:-8])
 
 
+def _laughs(name):
+    """Anchors nested 9 deep, 10 aliases each: 10^9 values once expanded, a few hundred bytes of text."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    return lambda tmp: (tmp / name).write_text("\n".join(lines) + "\n")
+
+
+def _sparse(name, size=3 * 2**30):
+    def prepare(tmp):
+        with open(tmp / name, "wb") as file:
+            file.truncate(size)  # no blocks on disk
+    return prepare
+
+
+def _binary(name):
+    return lambda tmp: (tmp / name).write_bytes(bytes(range(256)) * 4)
+
+
+def _mixture(text):
+    return lambda tmp: (tmp / "mix.yaml").write_text(text)
+
+
+def _link_loop(tmp):
+    os.symlink(tmp / "loop_b", tmp / "loop_a")
+    os.symlink(tmp / "loop_a", tmp / "loop_b")
+
+
 def _link_outside(tmp):
     (tmp / "outside").mkdir()
     (tmp / "runs").mkdir()
@@ -86,6 +113,58 @@ ROWS = [
              ("framework.cosmos25.base_model", "does not exist")),
     BadInput("base model unset", ("--framework.cosmos25.base_model=null",), 2,
              ("framework.cosmos25.base_model is not set", DOWNLOAD, "python -m DiT4DiT.tools.tiny_cosmos")),
+    # Bounded inputs: YAML with a size cap and a node limit, values with a range and its reason.
+    BadInput("config of nested anchors", ("--config_yaml={tmp}/bad.yaml",), 2,
+             ("bad.yaml: expands to more than 200,000 values", "anchors and aliases"), _laughs("bad.yaml")),
+    BadInput("config of 3 GB (sparse)", ("--config_yaml={tmp}/bad.yaml",), 2,
+             ("bad.yaml: 3,221,225,472 bytes, more than the 4 MiB",), _sparse("bad.yaml")),
+    BadInput("config that is a binary file", ("--config_yaml={tmp}/bad.yaml",), 2,
+             ("bad.yaml: a binary file (it holds NUL bytes)",), _binary("bad.yaml")),
+    BadInput("config that is not UTF-8", ("--config_yaml={tmp}/bad.yaml",), 2, ("bad.yaml: not UTF-8 text",),
+             lambda tmp: (tmp / "bad.yaml").write_bytes(b"run_id: caf\xe9\n")),
+    BadInput("config that is a YAML list", ("--config_yaml={tmp}/bad.yaml",), 2,
+             ("bad.yaml: the file is a list", "a config file is a mapping"), _yaml("- run_id: a\n")),
+    BadInput("config nested too deeply", ("--config_yaml={tmp}/bad.yaml",), 2, ("bad.yaml: nested too deeply",),
+             _yaml("[" * 100_000)),
+    BadInput("mixture file of nested anchors", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml: expands to more than 200,000 values",), _laughs("mix.yaml")),
+    BadInput("mixture file of 3 GB (sparse)", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml: 3,221,225,472 bytes", "mixture file"), _sparse("mix.yaml")),
+    BadInput("mixture file that is a binary file", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml: a binary file", "not a mixture file"), _binary("mix.yaml")),
+    BadInput("mixture weight .inf", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml, entry 1: weight inf must be a positive number up to 1000",), _mixture("- {path: a, weight: .inf}\n")),
+    BadInput("mixture weight that overflows", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("entry 1: weight 1e+308 must be a positive number up to 1000",), _mixture("- {path: a, weight: 1.0e+308}\n")),
+    BadInput("mixture entry with an unknown data config", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml, entry 1: data_config 'robotwn' is not a data config", "did you mean 'robotwin'?"),
+             _mixture("- {path: a, data_config: robotwn}\n")),
+    BadInput("prompt length 1e8", ("--framework.cosmos25.max_sequence_length=1e8",), 2,
+             ("framework.cosmos25.max_sequence_length: must be at most 4096, got 100000000", "the original uses 512")),
+    BadInput("steps 1e30", ("--trainer.max_train_steps=1e30",), 2,
+             ("trainer.max_train_steps: must be at most 100000000, got 1e+30", "three years")),
+    BadInput("accumulation 1e5", ("--trainer.gradient_accumulation_steps=1e5",), 2,
+             ("trainer.gradient_accumulation_steps: must be at most 1024", "micro-batches in memory")),
+    BadInput("collective timeout 1e30", ("--trainer.collective_timeout_s=1e30",), 2,
+             ("trainer.collective_timeout_s: must be at most 86400, got 1e+30", "a day")),
+    BadInput("stall timeout 1e30", ("--trainer.stall_timeout_s=1e30",), 2,
+             ("trainer.stall_timeout_s: must be at most 86400", "a day")),
+    BadInput("seed 1e20", ("--seed=1e20",), 2, ("seed: must be at most 4294967295, got 1e+20",)),
+    BadInput("run id of 300 characters", ("--run_id=" + "r" * 300,), 2,
+             ("run_id of 300 characters", "at most 255 bytes", "shorter --run_id")),
+    BadInput("run root dir a link loop", ("--run_root_dir={tmp}/loop_a",), 2,
+             ("run_root_dir:", "loop_a cannot be resolved", "symbolic link loop"), _link_loop),
+    BadInput("data root a link loop", ("--datasets.vla_data.data_root_dir={tmp}/loop_a",), 2,
+             ("datasets.vla_data.data_root_dir", "loop_a"), _link_loop),
+    BadInput("base model a link loop", ("--framework.cosmos25.base_model={tmp}/loop_a",), 2,
+             ("framework.cosmos25.base_model", "loop_a"), _link_loop),
+    BadInput("data mix a link loop", ("--datasets.vla_data.data_mix={tmp}/loop_a",), 2,
+             ("datasets.vla_data.data_mix: ", "loop_a cannot be resolved"), _link_loop),
+    BadInput("mixture entry a link loop", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml, entry 1: path: ", "loop_a cannot be resolved"),
+             lambda tmp: (_link_loop(tmp), _mixture("- {path: loop_a}\n")(tmp))),
+    BadInput("workers 1e5", ("--datasets.vla_data.num_workers=100000",), 2,
+             ("datasets.vla_data.num_workers: must be at most 64", "a process")),
 ]
 
 # A copy of the tiny pipeline at {tmp}/model, broken by the row or not matching its keys: found when the config

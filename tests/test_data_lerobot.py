@@ -90,7 +90,7 @@ def test_the_modality_tool_prints_what_training_derives(lerobot_sets, tmp_path, 
     out = tmp_path / "modality.json"
     assert modality_tool.main([str(folder), "--data_config", "robotwin", "--out", str(out)]) == 0
     assert json.loads(out.read_text()) == printed
-    assert modality_tool.main([str(folder), "--data_config", "robotwin", "--out", str(folder / "m.json")]) == 1
+    assert modality_tool.main([str(folder), "--data_config", "robotwin", "--out", str(folder / "m.json")]) == 2  # refused: --out lies inside the dataset (tests/test_tool_outputs.py)
     assert modality_tool.main([str(lerobot_sets["libero"]), "--data_config", "robotwin"]) == 1
     assert "needs camera 'observation.images.cam_high'" in capsys.readouterr().err
 

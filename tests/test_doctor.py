@@ -30,6 +30,13 @@ def test_cpu_host_passes_and_skips_the_npu_checks(tiny_pipeline_dir):
     assert lines["device_memory"].startswith("SKIP") and "need ~" in lines["device_memory"]
 
 
+def test_a_config_that_is_a_yaml_list_is_one_failed_check(tmp_path):
+    (tmp_path / "list.yaml").write_text("- run_id: a\n- trainer: {}\n")
+    code, lines = doctor("--config_yaml", str(tmp_path / "list.yaml"))
+    assert code == 1
+    assert lines["config"].startswith("FAIL") and "the file is a list" in lines["config"]
+
+
 @pytest.mark.slow
 def test_incomplete_base_model_fails_with_the_download_command(tmp_path, tiny_pipeline_dir):
     code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tmp_path / "missing"))

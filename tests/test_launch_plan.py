@@ -95,6 +95,13 @@ def test_bad_options_are_usage_errors(argv, message):
     assert raised.value.exit_code == 2
 
 
+def test_a_bad_soc_in_the_environment_is_refused_on_any_host(monkeypatch):
+    monkeypatch.setenv("DIT4DIT_SOC", "a9")  # read where npu-smi lists devices, and now on a CPU host too
+    with pytest.raises(options.UsageError, match="DIT4DIT_SOC='a9': expected one of a2, a3") as raised:
+        make([], CPU)
+    assert raised.value.exit_code == 2
+
+
 def test_unknown_names_get_the_closest_option():
     with pytest.raises(ConfigError, match=r"unknown option --num_proceses; did you mean --num_processes\?"):
         make(["--num_proceses=2"], CPU)

@@ -170,7 +170,7 @@ HOSTILE_RUN_FOLDERS = {  # name: (damage(run_dir, checkpoint), words of the one 
     "config of 2 MiB": (_config("# padding\n" * 200_000), ("bytes; a run's config.yaml is a few KiB",)),
     "config that does not parse": (_config("run_id: [\n"), ("not valid YAML",)),
     "max_sequence_length 1e8": (_config_edit("max_sequence_length: 64", "max_sequence_length: 1e8"),
-                                ("framework.cosmos25.max_sequence_length=1e8 is out of range 1..8192",)),
+                                ("framework.cosmos25.max_sequence_length=1e8 is out of range 1..4096",)),
     "empty checkpoint": (_checkpoint_bytes(lambda data: b""), ("not a checkpoint torch can read",)),
     "truncated checkpoint": (_checkpoint_bytes(lambda data: data[: len(data) // 2]), ("not a checkpoint torch can read",)),
     "checkpoint of a list": (_checkpoint_object([1, 2, 3]), ("holds a list, not a state dict of tensors",)),

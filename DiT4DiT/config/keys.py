@@ -28,6 +28,7 @@ class Key:
     aliases: dict = field(default_factory=dict)  # other spellings -> the value used (e.g. YAML's `no` is False)
     alias_note: str = ""  # when set, applying an alias prints this one-line note (e.g. for the original's names)
     length: int | None = None  # exact length of a list
+    why: str = ""  # the reason for the bounds, said with a value outside them
 
     @property
     def type(self) -> str:
@@ -97,10 +98,12 @@ def _check_value(path: str, key: Key, value: Any) -> None:
         close = difflib.get_close_matches(str(value), [str(c) for c in key.choices], n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"{path}: {value!r} is not one of {choices}{hint}")
+    why = f" ({key.why})" if key.why else ""
+    shown = f"{value:g}" if isinstance(value, (int, float)) and abs(value) >= 1e15 else repr(value)
     if key.min is not None and not value >= key.min:
-        raise ConfigError(f"{path}: must be at least {key.min}, got {value!r}")
+        raise ConfigError(f"{path}: must be at least {key.min}, got {shown}{why}")
     if key.max is not None and not value <= key.max:
-        raise ConfigError(f"{path}: must be at most {key.max}, got {value!r}")
+        raise ConfigError(f"{path}: must be at most {key.max}, got {shown}{why}")
     if isinstance(value, float) and math.isnan(value):
         raise ConfigError(f"{path}: NaN is not a value; set a number")
 

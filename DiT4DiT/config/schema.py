@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import Key, coerce
+from DiT4DiT.yaml_files import checked_yaml_text
 
 __all__ = ["ConfigError", "Key", "KNOWN_KEYS", "SCHEMA", "default_config", "load_config", "normalize_cli_overrides"]
 
@@ -34,6 +35,10 @@ LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr", "linear", "c
                  "polynomial", "constant", "constant_with_warmup", "inverse_sqrt")
 MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")  # read scheduler_specific_kwargs.min_lr
 MAX_SEED = 2**32 - 1  # numpy's seed range (set_seed seeds numpy with seed + rank)
+# Upper bounds: values past them are typos that would otherwise exhaust memory or overflow a timer.
+MAX_STEPS, STEPS_WHY = 100_000_000, "1e8 steps at 1 s each is three years; a larger count is a typo"
+MAX_SEQUENCE_LENGTH = 4096  # prompt tokens: each prompt's text-encoder output grows with it; the original uses 512
+MAX_TIMEOUT_S, TIMEOUT_WHY = 86_400, "a day: a hung rank holds every device this long, and torch's timer overflows past it"
 # The original's decoders: decord has no aarch64 wheels and torchvision's reader is deprecated; PyAV reads the
 # same frames (torchvision_av is PyAV underneath).
 VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
@@ -67,7 +72,8 @@ SCHEMA: dict = {
                                        "flash-attn (CUDA) or torch_npu (Ascend) is absent",
                                        choices=("sdpa", "eager", "flash_attention_2")),
             "extract_layer": Key(19, "index of the transformer block whose output feeds the action head", min=0),
-            "max_sequence_length": Key(512, "prompt length in tokens (padded and truncated)", min=1),
+            "max_sequence_length": Key(512, "prompt length in tokens (padded and truncated)", min=1, max=MAX_SEQUENCE_LENGTH,
+                                       why="each prompt's text-encoder output grows with it; the original uses 512"),
             "vl_hidden_dim": Key(2048, "width of the backbone features (the transformer's hidden size)", min=1),
             "conditional_frame_timestep": Key(0.001, "timestep given to the conditioning latent frame", min=0.0),
             "future_loss_type": Key("pixel_l1", "future-video loss", choices=FUTURE_LOSS_TYPES),
@@ -139,7 +145,7 @@ SCHEMA: dict = {
             "video_backend": Key("pyav", "frame decoder: pyav or torchcodec (the original's torchvision_av, decord "
                                  "and opencv decode with pyav)", choices=VIDEO_BACKENDS, aliases=VIDEO_BACKEND_ALIASES,
                                  alias_note="is the original's decoder; frames are decoded with"),
-            "num_workers": Key(2, "DataLoader worker processes", min=0),
+            "num_workers": Key(2, "DataLoader worker processes", min=0, max=64, why="each worker is a process with its own readers"),
             "holdout_episodes": Key(1, "episodes per dataset kept out of training for the eval action MSE (0 = none)",
                                     min=0),
             "cache_dir": Key(None, "where statistics and step indexes are cached (default: ~/.cache/dit4dit)", kind="str"),
@@ -148,8 +154,8 @@ SCHEMA: dict = {
         },
     },
     "trainer": {
-        "max_train_steps": Key(100000, "optimizer steps to run", min=1),
-        "num_warmup_steps": Key(5000, "linear learning-rate warm-up steps", min=0),
+        "max_train_steps": Key(100000, "optimizer steps to run", min=1, max=MAX_STEPS, why=STEPS_WHY),
+        "num_warmup_steps": Key(5000, "linear learning-rate warm-up steps", min=0, max=MAX_STEPS, why=STEPS_WHY),
         "save_interval": Key(10000, "save a checkpoint every n optimizer steps", min=1),
         "eval_interval": Key(100, "held-out action MSE every n optimizer steps", min=1),
         "logging_frequency": Key(10, "log metrics every n optimizer steps", min=1),
@@ -163,9 +169,11 @@ SCHEMA: dict = {
             "min_lr": Key(5e-7, "floor of the cosine schedule (as a rate relative to learning_rate.base)", min=0.0),
         },
         "freeze_modules": Key("", "comma-separated module paths that are not trained", nullable=True),
-        "repeated_diffusion_steps": Key(4, "each sample is repeated this often in the action flow-matching loss", min=1),
+        "repeated_diffusion_steps": Key(4, "each sample is repeated this often in the action flow-matching loss", min=1,
+                                            max=256, why="the action head's batch grows with it; the original uses 4 or 8"),
         "gradient_clipping": Key(1.0, "max global gradient norm", min=0.0),
-        "gradient_accumulation_steps": Key(1, "micro-steps per optimizer step", min=1),
+        "gradient_accumulation_steps": Key(1, "micro-steps per optimizer step", min=1, max=1024,
+                                               why="an optimizer step holds all its micro-batches in memory at once"),
         "optimizer": {
             "betas": Key([0.9, 0.95], "AdamW betas", min=0.0, max=1.0, length=2),
             "eps": Key(1e-8, "AdamW epsilon", min=0.0),
@@ -189,9 +197,11 @@ SCHEMA: dict = {
                                          "corrupt gradients with it (off: it is turned off with a warning)"),
         "mixed_precision": Key("bf16", "autocast dtype of every autocast site: bf16, or no (fp32 throughout)",
                                choices=("bf16", "no"), aliases={"false": "no", "fp32": "no"}),
-        "collective_timeout_s": Key(600, "seconds a collective waits for the other ranks before the run fails", min=1),
+        "collective_timeout_s": Key(600, "seconds a collective waits for the other ranks before the run fails", min=1,
+                                    max=MAX_TIMEOUT_S, why=TIMEOUT_WHY),
         "stall_timeout_s": Key(300, "a rank silent for this long (stopped, dead, cut off) ends the run with exit status "
-                               "76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0),
+                               "76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0,
+                               max=MAX_TIMEOUT_S, why=TIMEOUT_WHY),
         "deterministic": Key(False, "deterministic kernels: torch.use_deterministic_algorithms(True), and through "
                              "the launcher HCCL_DETERMINISTIC=true (NPU) or CUBLAS_WORKSPACE_CONFIG=:4096:8 (CUDA); "
                              "slower (bench/device_check.py measures it)"),
@@ -395,6 +405,12 @@ def _parsed(source: str, parse) -> DictConfig:
         raise ConfigError(f"{source}{line}: not valid YAML ({reason}); fix the text there") from None
 
 
+def read_config_file(path: str | Path) -> DictConfig:
+    """A config YAML file as it stands (no defaults), read with bounds (size, text, expanded nodes)."""
+    text = _parsed(str(path), lambda: checked_yaml_text(path, ConfigError, "config file", top=yaml.MappingNode))
+    return _parsed(str(path), lambda: OmegaConf.create(text))
+
+
 def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
     """Defaults, then the YAML file, then CLI dotlist overrides; every key typed and every rule checked."""
     from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
@@ -404,7 +420,7 @@ def load_config(config_yaml: str | Path | None, overrides: list[str] | None = No
         path = Path(config_yaml)
         if not path.is_file():
             raise ConfigError(f"--config_yaml {path}: no such file; pass a YAML such as DiT4DiT/config/tiny/dit4dit_tiny.yaml")
-        cfg = OmegaConf.merge(cfg, accept_known_keys(_parsed(str(path), lambda: OmegaConf.load(path)), str(path)))
+        cfg = OmegaConf.merge(cfg, accept_known_keys(read_config_file(path), str(path)))
     if overrides:
         given = _parsed("command line", lambda: OmegaConf.from_dotlist(overrides))
         cfg = OmegaConf.merge(cfg, accept_known_keys(given, "command line"))

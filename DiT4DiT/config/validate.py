@@ -11,10 +11,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.paths import resolved
 from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR, latent_frame_count, num_output_frames
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
+MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
 
 
 def _require(condition: bool, message: str) -> None:
@@ -44,10 +46,14 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
     _require(run_id not in ("", ".", "..") and bad is None,
              f"run_id {run_id!r} is not a folder name ({reason}); a run id is one path component such as my_run_01 "
              "(choose the parent folder with --run_root_dir)")
+    _require(len(run_id.encode()) <= MAX_NAME_BYTES,
+             f"run_id of {len(run_id)} characters ({len(run_id.encode())} bytes): a folder name is at most "
+             f"{MAX_NAME_BYTES} bytes on Linux file systems; pick a shorter --run_id")
     root = Path(run_root_dir)
-    _require(root.resolve() in (root / run_id).resolve().parents,
-             f"run_id {run_id!r}: {root / run_id} resolves to {(root / run_id).resolve()}, outside run_root_dir "
-             f"{root.resolve()} (a symbolic link?); pick another --run_id")
+    root_path, run_path = resolved(root, "run_root_dir"), resolved(root / run_id, "run_id")
+    _require(root_path in run_path.parents,
+             f"run_id {run_id!r}: {root / run_id} resolves to {run_path}, outside run_root_dir "
+             f"{root_path} (a symbolic link?); pick another --run_id")
     return root / run_id
 
 

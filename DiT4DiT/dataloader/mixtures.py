@@ -15,6 +15,9 @@ from typing import NamedTuple
 import yaml
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.paths import resolved
+from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+from DiT4DiT.yaml_files import checked_yaml_text
 
 ROBOTWIN_TASKS = (
     "adjust_bottle", "beat_block_hammer", "blocks_ranking_rgb", "blocks_ranking_size", "click_alarmclock",
@@ -37,6 +40,7 @@ class MixtureEntry(NamedTuple):
 
 
 MIXTURE_FILE_SUFFIXES = (".yaml", ".yml")
+MAX_WEIGHT = 1000.0  # visits per epoch; larger (or .inf) overflows the sampler's counts
 ENTRY_KEYS = ("path", "weight", "data_config")
 
 
@@ -123,10 +127,15 @@ def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; an entry has {list(ENTRY_KEYS)}")
     weight = item.get("weight", 1.0)
-    if not isinstance(weight, Real) or isinstance(weight, bool) or not weight > 0:
-        raise ConfigError(f"{where}: weight {weight!r} must be a positive number (1.0 = visited once per epoch)")
+    if not isinstance(weight, Real) or isinstance(weight, bool) or not 0 < weight <= MAX_WEIGHT:
+        raise ConfigError(f"{where}: weight {weight!r} must be a positive number up to {MAX_WEIGHT:g} (1.0 = visited "
+                          "once per epoch)")
     config = item.get("data_config") or data_config
-    folder = (path.parent / str(item["path"])).expanduser().resolve()
+    if config not in ("auto", *DATA_CONFIGS):
+        close = difflib.get_close_matches(str(config), list(DATA_CONFIGS), n=1)
+        raise ConfigError(f"{where}: data_config {config!r} is not a data config{f'; did you mean {close[0]!r}?' if close else ''} "
+                          f"(known: auto, {', '.join(DATA_CONFIGS)})")
+    folder = resolved((path.parent / str(item["path"])).expanduser(), f"{where}: path")
     if not is_dataset(folder):
         raise ConfigError(f"{where}: {folder} is not a LeRobot dataset folder (no meta/info.json); fix 'path' "
                           "(relative paths start at the mixture file's folder)")
@@ -135,8 +144,8 @@ def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry
 
 def _mixture_file(path: Path, data_config: str) -> list[MixtureEntry]:
     try:
-        items = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        items = yaml.safe_load(checked_yaml_text(path, ConfigError, "mixture file"))
+    except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: mixture file cannot be read ({exc}); write a YAML list of "
                           "{path, weight, data_config}") from exc
     if not isinstance(items, list) or not items:
@@ -158,7 +167,7 @@ def resolve_data_mix(data_mix: str, data_config: str = "auto") -> list[MixtureEn
     datasets are read through `data_config` (a mixture file's entries may name their own)."""
     if not is_path(data_mix):
         return resolve_mixture(data_mix)
-    path = Path(data_mix).expanduser().resolve()
+    path = resolved(Path(data_mix).expanduser(), "datasets.vla_data.data_mix")
     if path.suffix in MIXTURE_FILE_SUFFIXES and path.is_file():
         entries = _mixture_file(path, data_config)
     elif is_dataset(path):

@@ -12,10 +12,12 @@ from pathlib import Path
 
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.launch.options import PROG
+from DiT4DiT.requirements_check import TRAINING, require
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    require(PROG, TRAINING, launcher=True)  # --help too: the trainer runs with this Python
     shell_plan = None
     if argv[:1] and argv[0].startswith("--shell_plan="):
         shell_plan, argv = argv[0].split("=", 1)[1], argv[1:]

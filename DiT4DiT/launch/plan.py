@@ -8,6 +8,7 @@ interfaces, package folders, cores), so every decision can be tested in-process 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shlex
 import sys
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from DiT4DiT.facts import DETERMINISTIC_ENV
-from DiT4DiT.launch import environment, host_kind, network, preflight, values
+from DiT4DiT.launch import environment, host_kind, network, npu_topology, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
@@ -214,6 +215,7 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     if too_old:
         raise UsageError(too_old)
     try:
+        npu_topology.soc_override(opts.given("soc"))  # a bad DIT4DIT_SOC is refused on every host, not only an NPU one
         host = facts.detect(opts.given("device"), opts.given("soc"))
     except ValueError as err:  # a bad DIT4DIT_SOC
         raise UsageError(str(err)) from None
@@ -314,8 +316,18 @@ def dry_run(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def stall_kill_after(plan: Plan) -> int:
+    """Seconds after which the launcher SIGKILLs a rank of its node that is still stopped (0: never): after the
+    healthy ranks have named it (they kill a stalled rank of their own node), for a rank alone on its node."""
+    from DiT4DiT.training.heartbeat import named_within
+
+    timeout = float(plan.config[values.STALL_TIMEOUT_KEY].value)
+    return 0 if timeout <= 0 or plan.per_node * plan.machines < 2 else math.ceil(named_within(timeout)) + 5
+
+
 def shell(plan: Plan) -> str:
-    """The plan for scripts/train_8p.sh, which sources it: CANN's scripts, the exports, the command, the log."""
+    """The plan for scripts/train_8p.sh, which sources it: CANN's scripts, the exports, the command, the log,
+    the stall limit."""
     q = shlex.quote
     exports = []
     for s in plan.env.settings.values():
@@ -333,5 +345,6 @@ def shell(plan: Plan) -> str:
         f"CMD=({' '.join(map(q, plan.command))})",
         f"RUN_DIR={q(plan.run_dir)}",
         f"LOG={q(plan.log)}",
+        f"STALL_KILL_AFTER_S={stall_kill_after(plan)}",
         "",
     ])

@@ -71,7 +71,10 @@ def device_problem(host: Host, per_node: int, env: dict[str, str]) -> str:
 
 
 def _same(a: str, b: str, repo: Path) -> bool:
-    return (repo / a).resolve() == (repo / b).resolve()
+    try:
+        return (repo / a).resolve() == (repo / b).resolve()
+    except (RuntimeError, OSError):  # a link loop, already reported as a folder that does not exist
+        return False
 
 
 def folder_problems(base_model: str, data_root: str, data_mix: str | None, repo: Path) -> list[str]:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
+from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides, read_config_file
 
 DETERMINISTIC_KEY = "trainer.deterministic"  # the launcher exports the collectives' deterministic variables
 SHOWN = ("run_root_dir", "run_id", "framework.cosmos25.base_model", "datasets.vla_data.data_root_dir",
          "datasets.vla_data.data_mix", DETERMINISTIC_KEY)
 COLLECTIVE_TIMEOUT_KEY = "trainer.collective_timeout_s"
 COLLECTIVE_TIMEOUT_DEFAULT_S = 600  # the trainer's default for the key (docs/training.md)
+STALL_TIMEOUT_KEY = "trainer.stall_timeout_s"  # the launcher ends a rank stopped for longer (scripts/train_8p.sh)
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,15 @@ def unknown_option(items: list[str], top_level: set[str], options: list[str]) ->
 
 
 def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[str, Value]:
-    """SHOWN keys, every overridden key and the collective timeout, in that order; ConfigError when the
-    config does not load with these overrides."""
+    """SHOWN keys, every overridden key and the collective and stall timeouts, in that order; ConfigError when
+    the config does not load with these overrides."""
     items = normalize_cli_overrides(forwarded)
     top_level = set(load_config(config_yaml, []))  # also says clearly when the YAML is missing or wrong
     problem = unknown_option(items, top_level, options)
     if problem:
         raise ConfigError(problem)
     cfg = load_config(config_yaml, items)
-    yaml_cfg = OmegaConf.load(config_yaml)
+    yaml_cfg = read_config_file(config_yaml)
     overridden = {item.split("=", 1)[0] for item in items}
     values = {}
     for key in [*SHOWN, *(k for k in sorted(overridden) if k not in SHOWN)]:
@@ -70,4 +71,6 @@ def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[
     else:
         values[COLLECTIVE_TIMEOUT_KEY] = Value(COLLECTIVE_TIMEOUT_KEY, str(timeout),
                                                source_of(COLLECTIVE_TIMEOUT_KEY, overridden, yaml_cfg))
+    values[STALL_TIMEOUT_KEY] = Value(STALL_TIMEOUT_KEY, str(OmegaConf.select(cfg, STALL_TIMEOUT_KEY)),
+                                      source_of(STALL_TIMEOUT_KEY, overridden, yaml_cfg))
     return values

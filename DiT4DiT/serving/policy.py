@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from DiT4DiT.config.schema import MAX_SEQUENCE_LENGTH
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import num_output_frames
@@ -26,9 +27,6 @@ class RequestError(ValueError):
 # The prompt is cut at max_sequence_length tokens; English runs about 4 characters a token, so an instruction
 # longer than this many characters per token would mostly be thrown away (and tokenising a huge one costs GBs).
 CHARS_PER_TOKEN = 4
-# The most prompt tokens a served run may ask for: the Cosmos pipeline prompts at 512, and one request's prompt
-# tensors grow with it (max_sequence_length 1e8 took 6.5 GB on one request).
-MAX_SERVED_SEQUENCE_LENGTH = 8192
 # A per-example noise seed (an example's "seed"): what torch.Generator.manual_seed takes.
 SEED_RANGE = (0, 2**63 - 1)
 # Views side by side when the run's mixture does not say how many cameras it has (a mixture file, say).
@@ -116,9 +114,9 @@ def check_sequence_length(recorded: dict, config_path: Path) -> None:
         value = float(length)  # YAML reads 1e8 as text, which the config's typing then takes as a number
     except (TypeError, ValueError):
         return  # absent (the default) or not a number: the config's typing names it
-    if not 1 <= value <= MAX_SERVED_SEQUENCE_LENGTH:
+    if not 1 <= value <= MAX_SEQUENCE_LENGTH:
         raise ValueError(f"{config_path}: framework.cosmos25.max_sequence_length={length} is out of range 1.."
-                         f"{MAX_SERVED_SEQUENCE_LENGTH} (tokens per prompt; the Cosmos pipeline uses 512, and each "
+                         f"{MAX_SEQUENCE_LENGTH} (tokens per prompt; the Cosmos pipeline uses 512, and each "
                          "request's prompt tensors grow with it); set it to the value the run trained with")
 
 

@@ -17,9 +17,14 @@ import argparse
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # before the imports below: a missing package is one line, not a traceback
+    from DiT4DiT.requirements_check import TRAINING, require
+    require("python -m DiT4DiT.tools.export_checkpoint", TRAINING)
+
 import torch
 
 from DiT4DiT.model.framework.base_framework import baseframework
+from DiT4DiT.tools.outputs import OutputError, check_out
 from DiT4DiT.training.checkpoint import atomic_write
 
 
@@ -30,6 +35,7 @@ def export_full_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: b
         raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
     if out.resolve() == Path(checkpoint).resolve():
         raise ValueError(f"--out {out} is the checkpoint being read; write the full file elsewhere")
+    check_out(out, owned=Path(checkpoint).resolve().parents[1])  # its own run folder, as the trainer suggests
     model = baseframework.from_pretrained(checkpoint)
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     atomic_write(out, lambda tmp: torch.save(state, tmp))
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export_full_checkpoint(args.checkpoint, args.out, args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:  # config and weight mismatches are ValueErrors
+    except (FileNotFoundError, FileExistsError, ValueError, OutputError) as exc:  # config and weight mismatches are ValueErrors
         print(f"export_checkpoint: {exc}", file=sys.stderr)
         return 2
     print(out)

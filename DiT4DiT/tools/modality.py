@@ -3,7 +3,8 @@
     python -m DiT4DiT.tools.modality DIR --data_config robotwin [--out FILE]
 
 Edit the result and put it at DIR/meta/modality.json to change the mapping: an explicit modality.json always
-wins. Exit status 1 with a one-line message when the dataset's features do not fit the data config.
+wins. Exit status 1 with a one-line message when the dataset's features do not fit the data config, 2 when
+--out is refused (see DiT4DiT/tools/outputs.py).
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import json
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # before the imports below: a missing package is one line, not a traceback
+    from DiT4DiT.requirements_check import DATA_TOOLS, require
+    require("python -m DiT4DiT.tools.modality", DATA_TOOLS)
+
 from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.modality import AUTO, choose_config, derive_modality
 from DiT4DiT.dataloader.reader import DatasetLayout
+from DiT4DiT.tools.outputs import OutputError, check_out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,10 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         layout = DatasetLayout(args.dataset)
         config = choose_config(layout, args.data_config)
         modality = derive_modality(layout.info, config, layout.meta_path("info.json"))
-        if args.out and args.out.resolve().is_relative_to(layout.root.resolve()):
-            raise DataError(f"--out {args.out} lies inside the dataset folder; write elsewhere and copy it to "
-                            "meta/modality.json yourself if you want the dataset to carry it")
-    except DataError as error:
+        if args.out:  # never into the dataset: write elsewhere, edit, then copy it to meta/modality.json
+            check_out(args.out)
+    except (DataError, OutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
     if args.out:

@@ -16,11 +16,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+if __name__ == "__main__":  # before the imports below: a missing package is one line, not a traceback
+    from DiT4DiT.requirements_check import TRAINING, require
+    require("python -m DiT4DiT.tools.tiny_cosmos", TRAINING)
+
 import torch
 
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
+from DiT4DiT.tools.outputs import OutputError, check_out, check_replaceable_folder
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
 
@@ -222,10 +227,10 @@ def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False)
     from diffusers.utils import logging as diffusers_logging
 
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
+    check_out(out, folder=True)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    check_replaceable_folder(out, "model_index.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     pipeline = build_tiny_pipeline(seed)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -254,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite)
-    except FileExistsError as error:
+    except (FileExistsError, OutputError) as error:
         print(f"tiny_cosmos: {error}", file=sys.stderr)
-        return 1
+        return getattr(error, "exit_code", 1)
     print(f"tiny Cosmos-Predict2.5 pipeline written to {out}")
     return 0
 

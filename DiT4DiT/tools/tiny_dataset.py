@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+if __name__ == "__main__":  # before the imports below: a missing package is one line, not a traceback
+    from DiT4DiT.requirements_check import DATA_TOOLS, require
+    require("python -m DiT4DiT.tools.tiny_dataset", DATA_TOOLS)
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -33,6 +37,7 @@ import pyarrow.parquet as pq
 
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.logging_setup import configure_logging
+from DiT4DiT.tools.outputs import DATASET_MARK, OutputError, check_out, check_replaceable_folder
 
 log = logging.getLogger(__name__)
 
@@ -398,6 +403,10 @@ def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: 
     check_settings(episodes, frames, height, width, version)
     if episodes_per_file is not None and (episodes_per_file < 1 or version != "v3.0"):
         raise ValueError(f"--episodes_per_file {episodes_per_file}: a positive count, with --lerobot_version v3.0")
+    check_out(out, folder=True)
+    for name, _, _ in items:  # each dataset folder replaced is one written here before (or an empty one)
+        check_out(out / name, folder=True, owned=out / name)
+        check_replaceable_folder(out / name, str(DATASET_MARK))
     existing = [out / name for name, _, _ in items if (out / name).exists()]
     if existing and not overwrite:
         raise FileExistsError(f"{existing[0]} already exists; pass --overwrite to replace the generated folders")
@@ -468,7 +477,7 @@ def run_cli(name: str, write) -> int:
     configure_logging()
     try:
         written = write()
-    except (ValueError, FileExistsError) as exc:
+    except (ValueError, FileExistsError, OutputError) as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
     for folder in written:

@@ -15,6 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # before the imports below: a missing package is one line, not a traceback
+    from DiT4DiT.requirements_check import DATA_TOOLS, require
+    require("python -m DiT4DiT.tools.tiny_robotwin", DATA_TOOLS)
+
 import numpy as np
 
 from DiT4DiT.facts import TINY_DATA_DIR

@@ -1,0 +1,80 @@
+"""What a tool's --out may be: a regular file (or folder) the tool creates or replaces, never something else.
+
+The tools write atomically (a temporary file renamed over the target), so whatever sits at --out is replaced:
+as root, `--out /dev/null` would turn the machine's /dev/null into a regular file. A target that exists must
+be of the kind the tool writes, and a target inside a LeRobot dataset or a training run folder other than the
+one the tool was given is refused, so a tool never writes into data or a run it does not own.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from DiT4DiT.errors import DiT4DiTError
+
+DATASET_MARK = Path("meta") / "info.json"
+RUN_MARKS = ("checkpoints", "run.lock", "metrics.jsonl", "final_model")  # with config.yaml: a training run folder
+
+
+class OutputError(DiT4DiTError):
+    """--out names something the tool must not replace or write into."""
+
+    exit_code = 2
+
+
+def kind_of(path: Path) -> str:
+    """What is at `path` (links followed), in words."""
+    mode = os.stat(path).st_mode
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def is_dataset(folder: Path) -> bool:
+    return (folder / DATASET_MARK).is_file()
+
+
+def is_run_dir(folder: Path) -> bool:
+    return (folder / "config.yaml").is_file() and any((folder / mark).exists() for mark in RUN_MARKS)
+
+
+def foreign_owner(out: Path, owned: Path | None) -> str | None:
+    """The dataset or run folder `out` lies in (or is), unless it is `owned`: a description, or None."""
+    out = out.resolve()
+    owned = owned.resolve() if owned is not None else None
+    for folder in [out, *out.parents]:
+        if folder == owned:
+            return None
+        if folder.is_dir() and is_dataset(folder):
+            return f"the LeRobot dataset {folder} ({DATASET_MARK} there)"
+        if folder.is_dir() and is_run_dir(folder):
+            return f"the training run folder {folder} (config.yaml and checkpoints there)"
+    return None
+
+
+def check_out(out: Path, *, folder: bool = False, owned: Path | None = None, option: str = "--out") -> None:
+    """OutputError unless `out` is new or of the kind written (a regular file; with folder, a folder), and not
+    inside a dataset or run folder other than `owned`."""
+    wanted = "a folder" if folder else "a regular file"
+    if out.exists() or out.is_symlink():
+        try:
+            found = kind_of(out)
+        except OSError as error:  # a dangling or looping link
+            raise OutputError(f"{option} {out}: cannot be used ({error.strerror}); give a new path or {wanted}") from None
+        if found != wanted:
+            raise OutputError(f"{option} {out} is {found}; it must be {wanted} or a new path (the tool replaces what "
+                              "is there), so give another path")
+    owner = foreign_owner(out, owned)
+    if owner:
+        raise OutputError(f"{option} {out} lies inside {owner}, which this tool does not write into; write it elsewhere")
+
+
+def check_replaceable_folder(folder: Path, marker: str, option: str = "--out") -> None:
+    """--overwrite removes a folder: only one the tool wrote (it holds `marker`) or an empty one."""
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / marker).exists():
+        raise OutputError(f"{option} {folder} holds files but no {marker}: not a folder this tool wrote, so "
+                          "--overwrite will not delete it; give a new path")
