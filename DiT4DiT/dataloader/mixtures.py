@@ -17,6 +17,7 @@ import yaml
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+from DiT4DiT.dataloader.layout import dataset_folders, is_dataset
 from DiT4DiT.yaml_files import checked_yaml_text
 
 ROBOTWIN_TASKS = (
@@ -107,15 +108,6 @@ def is_path(data_mix: str) -> bool:
         return False
     return ("/" in data_mix or os.sep in data_mix or data_mix.endswith(MIXTURE_FILE_SUFFIXES)
             or Path(data_mix).expanduser().exists())
-
-
-def is_dataset(folder: Path) -> bool:
-    return (folder / "meta" / "info.json").is_file()
-
-
-def dataset_folders(root: Path) -> list[Path]:
-    """LeRobot dataset folders (with meta/info.json) one or two levels below `root`."""
-    return sorted(p.parent.parent for p in [*root.glob("*/meta/info.json"), *root.glob("*/*/meta/info.json")])
 
 
 def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry:

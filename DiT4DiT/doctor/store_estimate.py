@@ -16,7 +16,8 @@ from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.dataloader.cache import prompt_store_root
-from DiT4DiT.dataloader.mixtures import is_dataset, resolve_data_mix
+from DiT4DiT.dataloader.layout import is_dataset
+from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

@@ -10,10 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
-def dataset_folders(root: Path) -> list[Path]:
-    """LeRobot dataset folders (those with meta/info.json) one or two levels below `root`."""
-    return sorted(p.parent.parent for p in [*root.glob("*/meta/info.json"), *root.glob("*/*/meta/info.json")])
+from DiT4DiT.dataloader.layout import dataset_folders
 
 
 def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[str]:

@@ -12,9 +12,9 @@ import os
 import stat
 from pathlib import Path
 
+from DiT4DiT.dataloader.layout import DATASET_MARK, is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
-DATASET_MARK = Path("meta") / "info.json"
 RUN_MARKS = ("checkpoints", "run.lock", "metrics.jsonl", "final_model")  # with config.yaml: a training run folder
 
 
@@ -32,10 +32,6 @@ def kind_of(path: Path) -> str:
         if test(mode):
             return name
     return "a special file"
-
-
-def is_dataset(folder: Path) -> bool:
-    return (folder / DATASET_MARK).is_file()
 
 
 def is_run_dir(folder: Path) -> bool:

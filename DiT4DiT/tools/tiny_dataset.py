@@ -36,8 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
+from DiT4DiT.dataloader.layout import DATASET_MARK
 from DiT4DiT.logging_setup import configure_logging
-from DiT4DiT.tools.outputs import DATASET_MARK, OutputError, check_out, check_replaceable_folder
+from DiT4DiT.tools.outputs import OutputError, check_out, check_replaceable_folder
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
-from DiT4DiT.dataloader.mixtures import is_dataset
+from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
 log = logging.getLogger(__name__)
