@@ -341,7 +341,7 @@ def test_device_option_overrides_the_detection(npu_ready):
     assert set(env_lines(cuda.stdout)) == {"WANDB_MODE", "TORCH_WARM_POOL", "PYTHONPATH"}
     assert cuda.returncode == 2 and "no CUDA device: torch sees no CUDA device" in cuda.stderr
     bad = plan("--device=tpu", layout=None)
-    assert bad.returncode == 2 and "--device=tpu: expected npu, cuda or cpu" in bad.stderr
+    assert bad.returncode == 2 and "--device=tpu: expected one of npu, cuda, cpu" in bad.stderr
 
 
 @pytest.mark.slow

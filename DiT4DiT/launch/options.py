@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.launch.host_kind import KINDS
 from DiT4DiT.launch.npu_topology import SOCS
 
 PROG = "scripts/train_8p.sh"
-KINDS = ("npu", "cuda", "cpu")
 # Short name -> trainer config key.
 TRAINER_KEYS = {
     "max_train_steps": "trainer.max_train_steps",
@@ -101,7 +101,7 @@ def _check(name: str, value) -> str:
     if name in POSITIVE and not re.fullmatch(r"[1-9][0-9]*", value):
         raise UsageError(f"--{name}={value}: expected a positive integer")
     if name == "device" and value not in KINDS:
-        raise UsageError(f"--device={value}: expected npu, cuda or cpu")
+        raise UsageError(f"--device={value}: expected one of {', '.join(KINDS)}")
     if name == "hccl_zero_copy" and value not in ("0", "1"):
         raise UsageError(f"--hccl_zero_copy={value}: expected 0 (off) or 1 (on, A3 only)")
     if name == "soc" and value not in SOCS:

@@ -19,7 +19,6 @@ DETERMINISTIC_KEY = "trainer.deterministic"  # the launcher exports the collecti
 SHOWN = ("run_root_dir", "run_id", "framework.cosmos25.base_model", "datasets.vla_data.data_root_dir",
          "datasets.vla_data.data_mix", DETERMINISTIC_KEY)
 COLLECTIVE_TIMEOUT_KEY = "trainer.collective_timeout_s"
-COLLECTIVE_TIMEOUT_DEFAULT_S = 600  # the trainer's default for the key (docs/training.md)
 STALL_TIMEOUT_KEY = "trainer.stall_timeout_s"  # the launcher ends a rank stopped for longer (scripts/train_8p.sh)
 
 
@@ -65,12 +64,6 @@ def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[
     for key in [*SHOWN, *(k for k in sorted(overridden) if k not in SHOWN)]:
         value = OmegaConf.select(cfg, key)
         values[key] = Value(key, "" if value is None else str(value), source_of(key, overridden, yaml_cfg))
-    timeout = OmegaConf.select(cfg, COLLECTIVE_TIMEOUT_KEY)
-    if timeout is None:  # a config from before the key existed: the trainer's default applies
-        values[COLLECTIVE_TIMEOUT_KEY] = Value(COLLECTIVE_TIMEOUT_KEY, str(COLLECTIVE_TIMEOUT_DEFAULT_S), "default")
-    else:
-        values[COLLECTIVE_TIMEOUT_KEY] = Value(COLLECTIVE_TIMEOUT_KEY, str(timeout),
-                                               source_of(COLLECTIVE_TIMEOUT_KEY, overridden, yaml_cfg))
-    values[STALL_TIMEOUT_KEY] = Value(STALL_TIMEOUT_KEY, str(OmegaConf.select(cfg, STALL_TIMEOUT_KEY)),
-                                      source_of(STALL_TIMEOUT_KEY, overridden, yaml_cfg))
+    for key in (COLLECTIVE_TIMEOUT_KEY, STALL_TIMEOUT_KEY):  # load_config filled the schema's defaults
+        values[key] = Value(key, str(OmegaConf.select(cfg, key)), source_of(key, overridden, yaml_cfg))
     return values
