@@ -101,7 +101,7 @@ def test_original_action_statistics_unnormalise_as_its_clients_do():
     stats = _original_statistics()
     action = get_action_stats(None, stats)
     assert action is stats["new_embodiment"]["action"] and baseframework.get_action_stats(norm_stats=stats) is action
-    with pytest.raises(ValueError, match="one of \\['new_embodiment'\\]"):
+    with pytest.raises(ValueError, match="it holds \\['new_embodiment'\\]"):
         get_action_stats("franka", stats)
     normalized = np.linspace(-1.2, 1.2, 3 * 14).reshape(3, 14)
     low, high = np.asarray(action["min"]), np.asarray(action["max"])

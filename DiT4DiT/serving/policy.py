@@ -14,6 +14,7 @@ from DiT4DiT.config.schema import MAX_SEQUENCE_LENGTH
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import num_output_frames
+from DiT4DiT.model.framework.share_tools import check_unnorm_key
 from DiT4DiT.serving.layout import run_layout
 from DiT4DiT.serving.run_folder_checks import read_run_config_file
 
@@ -128,17 +129,6 @@ def check_finite_weights(model: torch.nn.Module, ckpt) -> None:
                              "damaged); serve an earlier checkpoint")
 
 
-def select_statistics(statistics: dict, unnorm_key: str | None, source: str) -> tuple[str, dict]:
-    """(tag, entry) of dataset_statistics.json: the only tag, or the one `unnorm_key` names."""
-    if unnorm_key is None:
-        if len(statistics) != 1:
-            raise ValueError(f"{source} holds statistics for {sorted(statistics)}; pick one with --unnorm_key")
-        unnorm_key = next(iter(statistics))
-    if unnorm_key not in statistics:
-        raise ValueError(f"--unnorm_key {unnorm_key!r} is not in {source}; it holds {sorted(statistics)}")
-    return unnorm_key, statistics[unnorm_key]
-
-
 class ActionUnnormalizer:
     """Normalised model actions -> the robot's units, with the run's action statistics (ours or the original's).
 
@@ -205,7 +195,9 @@ class Policy:
         if not stats_path.is_file():
             raise FileNotFoundError(f"{stats_path}: missing; the policy needs the run's statistics to return actions "
                                     "in the robot's units (the trainer writes it into the run dir)")
-        tag, entry = select_statistics(read_statistics(stats_path), unnorm_key, str(stats_path))
+        statistics = read_statistics(stats_path)
+        tag = check_unnorm_key(statistics, unnorm_key, str(stats_path))
+        entry = statistics[tag]
         config_path = Path(ckpt).parents[1] / "config.yaml"
         if config_path.is_file():  # a missing one is named by the loader
             check_sequence_length(read_run_config_file(config_path), config_path)

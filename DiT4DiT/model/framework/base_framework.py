@@ -162,10 +162,6 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
         model.norm_stats = json.loads((checkpoint.parents[1] / "dataset_statistics.json").read_text())
         return model
 
-    @staticmethod
-    def _check_unnorm_key(norm_stats: dict, unnorm_key: str | None) -> str:
-        return share_tools.check_unnorm_key(norm_stats, unnorm_key)
-
     @classmethod
     def get_action_stats(cls, unnorm_key: str | None = None, norm_stats: dict | None = None) -> dict:
         """`norm_stats[tag]["action"]`; pass the model's `norm_stats` (the original reads a class attribute)."""
@@ -175,10 +171,4 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
     @staticmethod
     def unnormalize_actions(normalized_actions: np.ndarray, action_norm_stats: dict) -> np.ndarray:
         return share_tools.unnormalize_actions(normalized_actions, action_norm_stats)
-
-    @staticmethod
-    def trainable_module_keys(model: nn.Module, max_depth: int = 1) -> list[str]:
-        """Names of the submodules (up to `max_depth` dots deep) that hold a trainable parameter."""
-        return sorted({".".join(name.split(".")[:max_depth]) for name, parameter in model.named_parameters()
-                       if parameter.requires_grad})
 

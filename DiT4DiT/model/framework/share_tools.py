@@ -11,12 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
-
-
-def dict_to_namespace(values: dict) -> DictConfig:
-    """A plain dict as an OmegaConf config (the original's name for it)."""
-    return OmegaConf.create(values)
+from omegaconf import OmegaConf
 
 
 def _run_files(pretrained_checkpoint: str | Path, config_name: str) -> tuple[Path, Path]:
@@ -41,21 +36,16 @@ def read_mode_config(pretrained_checkpoint: str | Path) -> tuple[dict, dict]:
     return OmegaConf.to_container(OmegaConf.load(config), resolve=True), json.loads(statistics.read_text())
 
 
-def read_model_config(pretrained_checkpoint: str | Path) -> tuple[dict, dict]:
-    """The same for run folders that keep their config as `<run_dir>/config.json`."""
-    config, statistics = _run_files(pretrained_checkpoint, "config.json")
-    return json.loads(config.read_text()), json.loads(statistics.read_text())
-
-
-def check_unnorm_key(norm_stats: dict, unnorm_key: str | None) -> str:
-    """The statistics key to un-normalise with: the only one, or the one asked for (which must exist)."""
+def check_unnorm_key(norm_stats: dict, unnorm_key: str | None, source: str = "the dataset statistics") -> str:
+    """The statistics tag to un-normalise with: the only one, or the one asked for (which must exist); the
+    deployment helpers and the policy server both choose with it."""
     if unnorm_key is None:
         if len(norm_stats) != 1:
-            raise ValueError(f"the model was trained on more than one dataset tag; pass unnorm_key, one of "
-                             f"{sorted(norm_stats)}")
+            raise ValueError(f"{source} holds statistics for {sorted(norm_stats)}; pick one with unnorm_key "
+                             "(the server's --unnorm_key)")
         return next(iter(norm_stats))
     if unnorm_key not in norm_stats:
-        raise ValueError(f"unnorm_key {unnorm_key!r} is not in the dataset statistics; choose one of {sorted(norm_stats)}")
+        raise ValueError(f"unnorm_key {unnorm_key!r} is not in {source}; it holds {sorted(norm_stats)}")
     return unnorm_key
 
 
