@@ -91,10 +91,6 @@ class Normalizer:
             self._sincos = sincos
         self.key_widths = None if key_widths is None else [int(w) for w in key_widths]
 
-    @property
-    def output_width(self) -> int:
-        return encoded_width(self.modes)
-
     def normalize(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         ranged = 2.0 * (x - self.low) / self._span - 1.0

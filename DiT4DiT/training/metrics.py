@@ -130,9 +130,7 @@ class MetricsLogger:
         self.window_samples += samples
 
     def advance(self, step: int) -> None:
-        last = {k: v[-1] for k, v in self.window.items() if k.endswith("loss")}
-        self.bar.update(step - self.bar.n)
-        self.bar.set_postfix({k: f"{v:.4f}" for k, v in last.items()}, refresh=False)
+        self.bar.update(step - self.bar.n)  # the losses join the bar's postfix at each flush
 
     def flush(self, step: int, extra: dict[str, float]) -> dict[str, float]:
         """Write the window's averages (plus `extra`, e.g. learning rates) as one record at `step`."""

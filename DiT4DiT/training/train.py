@@ -59,9 +59,8 @@ def build_optimizer(model: torch.nn.Module, trainer_cfg: TrainerSection) -> torc
 
 
 def compose_loss(losses: dict[str, torch.Tensor], cfg: DictConfig) -> torch.Tensor:
-    """total = action_loss + loss_scale.future_video * future_video_loss (either may be absent by mode)."""
-    if not losses:
-        raise TrainingError("the model returned no loss; check framework.cosmos25.training and the frame count")
+    """total = action_loss + loss_scale.future_video * future_video_loss (either may be absent by mode; the model
+    refuses to return neither)."""
     total = losses.get("action_loss", 0.0)
     if "future_video_loss" in losses:
         total = total + cfg.trainer.loss_scale.future_video * losses["future_video_loss"]
