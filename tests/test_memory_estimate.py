@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.doctor.memory_estimate import (GIB, MEASURED, NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN,
+from DiT4DiT.memory_estimate import (GIB, MEASURED, NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN,
                                             cosmos_block_saved_bytes, estimate_training_memory)
 from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.tools.measure_activation_memory import cosmos_saved_bytes, cosmos_transformer

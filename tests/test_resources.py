@@ -3,11 +3,14 @@ too many workers for the cores is a warning; the time-to-finish line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.training.resources import ResourceError, check_resources, time_to_finish, usable_cores
+from helpers.doctor_runs import TINY_YAML, doctor
 
 TINY = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 
@@ -24,6 +27,24 @@ def test_frames_no_machine_can_hold_are_refused_with_the_numbers(tiny_pipeline_d
     assert "host memory: need ~1 process(es) x (" in message
     assert "2 workers x 2 prefetched" in message and "GiB available" in message
     assert "--trainer.ignore_resource_check true" in message and refused.value.exit_code == 2
+
+
+def test_the_doctor_counts_the_host_memory_the_trainer_refuses(tiny_pipeline_dir, tmp_path, monkeypatch):
+    # They once had a rule each: the doctor 1 GiB per data worker, the trainer 0.25 GiB plus the prefetched frames.
+    config = tmp_path / "config.yaml"
+    config.write_text(TINY_YAML.read_text().replace("num_workers: 1", "num_workers: 3")
+                      .replace("image_size: 32", "image_size: 16384"))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    # A device host: on a CPU one the trainer adds the training itself, which the doctor does not count.
+    monkeypatch.setattr("DiT4DiT.training.resources.device_total_bytes", lambda device: 2**60)
+    with pytest.raises(ResourceError) as refused:
+        check_resources(load_config(str(config), [f"framework.cosmos25.base_model={tiny_pipeline_dir}"]), 2,
+                        torch.device("cpu"))
+    _, lines = doctor("--config_yaml", str(config), "--base_model", str(tiny_pipeline_dir), "--num_processes", "2")
+    need = re.compile(r"2 process\(es\) x \(.*3 workers x 2 prefetched.*\) = [0-9.]+ GiB")
+    trainer, doctors = need.search(str(refused.value)), need.search(lines["host_memory"])
+    assert trainer and doctors, (str(refused.value), lines["host_memory"])
+    assert trainer.group() == doctors.group() and lines["host_memory"].startswith("FAIL")
 
 
 def test_an_expert_may_start_anyway(tiny_pipeline_dir):

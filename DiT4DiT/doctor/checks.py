@@ -31,7 +31,8 @@ from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import npu_network
 from DiT4DiT.launch import host_kind, npu_topology, preflight
-from DiT4DiT.doctor.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
+from DiT4DiT.host_memory import HostNeed
+from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 TORCH_VERSION = "2.7.1"
@@ -43,7 +44,6 @@ HCCL_CONNECT_RANGE = (120, 7200)
 HCCL_EXEC_DEFAULT, HCCL_EVENT_DEFAULT = 1836, 1868
 PROBE_TIMEOUT_S = 300
 GIB = 1024**3
-DATA_WORKER_GIB = 1  # a data-loader worker: decoded frames, prefetched batches, the parquet tables it touched
 
 _TORCH_NPU_PROBE = """
 import json, torch, torch_npu
@@ -473,14 +473,9 @@ class Doctor:
         name = "host_memory"
         if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
-        counts = [safetensors_param_count(self.base_model / part) or 0 for part in ("text_encoder", "transformer", "vae")]
-        weights = sum(counts) * (4 if self.cfg.framework.cosmos25.torch_dtype == "float32" else 2)
-        workers = int(self.cfg.datasets.vla_data.num_workers) * DATA_WORKER_GIB * GIB
-        need = self.num_processes * (weights + workers)
-        meminfo = read_meminfo()
-        detail = (f"{self.num_processes} process(es) x ({weights / GIB:.1f} GiB of weights loaded on the host at start-up, "
-                  f"the text encoder's {counts[0] * weights / max(sum(counts), 1) / GIB:.1f} released once the prompt store is full, + "
-                  f"{self.cfg.datasets.vla_data.num_workers} data workers x ~{DATA_WORKER_GIB} GiB) = {need / GIB:.0f} GiB")
+        data = self.cfg.datasets.vla_data
+        host = HostNeed.of(self.cfg, self.base_model, self.num_processes, mixture_views(data.data_mix, data.data_config))
+        need, detail, meminfo = host.total, host.describe(), read_meminfo()
         if "MemAvailable" not in meminfo:
             return Check(name, "SKIP", detail + "; /proc/meminfo unreadable")
         available = meminfo["MemAvailable"]

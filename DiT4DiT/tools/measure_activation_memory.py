@@ -1,5 +1,5 @@
 """Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
-DiT4DiT/doctor/memory_estimate.py holds (MEASURED).
+DiT4DiT/memory_estimate.py holds (MEASURED).
 
     python -m DiT4DiT.tools.measure_activation_memory              # real width: 1 min on 2 cores, 2.2 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
@@ -272,7 +272,7 @@ def vae_encode_peak() -> tuple[int, dict[str, float]]:
 
 def measure_all(heads: int) -> dict:
     """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
-    MEASURED in DiT4DiT/doctor/memory_estimate.py holds it."""
+    MEASURED in DiT4DiT/memory_estimate.py holds it."""
     transformer = cosmos_transformer(heads)
     table = {"hidden": heads * 128, "text_projection_in": transformer.config.crossattn_proj_in_channels}
     for name, checkpointing in (("video_pass", False), ("video_pass_checkpointed", True)):

@@ -2,7 +2,7 @@
 and, after the first step, how long the run will take.
 
 Host: every process on this node holds its weights while loading, plus one micro-batch of float32 frames in its
-own hands and `prefetch_factor` more in each data worker. Device: the doctor's estimate (weights, optimizer
+own hands and `prefetch_factor` more in each data worker (DiT4DiT/host_memory.py, the doctor's rule too). Device: the doctor's estimate (weights, optimizer
 shares, activations; +-30%) against the device's total memory. On a CPU-only host the device estimate is host
 memory too. Over the limit is a ResourceError naming the numbers and the fix, before the weights load or workers start;
 `trainer.ignore_resource_check` lets an expert start anyway.
@@ -12,59 +12,22 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from DiT4DiT.errors import DiT4DiTError
-from DiT4DiT.facts import num_output_frames
-from DiT4DiT.doctor.memory_estimate import GIB, estimate_training_memory, mixture_views, safetensors_param_count
+from DiT4DiT.host_memory import HostNeed
+from DiT4DiT.memory_estimate import GIB, estimate_training_memory, mixture_views
 
 log = logging.getLogger(__name__)
-
-PREFETCH_FACTOR = 2  # torch DataLoader's default: batches each worker keeps ready
-# A worker's own pages (interpreter state it writes, parquet tables, decoder buffers): ~0.1 GiB measured on the
-# tiny data, more on real episodes; 64 workers of a 2-process run took > 6 GiB.
-WORKER_PROCESS_BYTES = GIB // 4
-WEIGHT_PARTS = ("text_encoder", "transformer", "vae")
 
 
 class ResourceError(DiT4DiTError):
     """The run would need more memory than this machine has; no weights were loaded yet."""
 
     exit_code = 2
-
-
-@dataclass(frozen=True)
-class HostNeed:
-    processes: int
-    weights: int  # bytes per process, as loaded
-    batch: int  # bytes of one micro-batch of frames
-    workers: int
-    training: int  # bytes per process that train on the host (CPU device), else 0
-
-    @property
-    def per_process(self) -> int:
-        return (self.weights + self.batch * (1 + self.workers * PREFETCH_FACTOR) + self.workers * WORKER_PROCESS_BYTES
-                + self.training)
-
-    @property
-    def total(self) -> int:
-        return self.processes * self.per_process
-
-    def describe(self) -> str:
-        training = f" + {self.training / GIB:.1f} GiB training on the host" if self.training else ""
-        return (f"{self.processes} process(es) x ({self.weights / GIB:.1f} GiB weights + micro-batch of frames "
-                f"{self.batch / GIB:.2f} GiB x (1 + {self.workers} workers x {PREFETCH_FACTOR} prefetched) + "
-                f"{self.workers} workers x {WORKER_PROCESS_BYTES / GIB:.2f} GiB{training}) = {self.total / GIB:.1f} GiB")
-
-
-def frames_batch_bytes(data: DictConfig, views: int) -> int:
-    """One micro-batch as the data yields it: float32 (frames, 3, size, size x views) per sample."""
-    frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
-    return data.per_device_batch_size * frames * 3 * data.image_size * data.image_size * views * 4
 
 
 def available_host_bytes() -> int | None:
@@ -93,11 +56,9 @@ def check_resources(cfg: DictConfig, num_processes: int, device: torch.device) -
     data, base_model = cfg.datasets.vla_data, Path(cfg.framework.cosmos25.base_model)
     views = mixture_views(data.data_mix, data.data_config)
     estimate = estimate_training_memory(base_model, cfg, num_processes, views)
-    weight_bytes = 4 if cfg.framework.cosmos25.torch_dtype == "float32" else 2
-    weights = sum(safetensors_param_count(base_model / part) or 0 for part in WEIGHT_PARTS) * weight_bytes
     on_host = device_total_bytes(device) is None
     training = int(estimate.total_gib * GIB) if estimate is not None and on_host else 0
-    host = HostNeed(local_processes, weights, frames_batch_bytes(data, views), data.num_workers, training)
+    host = HostNeed.of(cfg, base_model, local_processes, views, training)
     problems, warnings = [], []
     available = available_host_bytes()
     if available is not None and host.total > available:

@@ -1,0 +1,64 @@
+"""Host memory a training run needs on one node: the trainer's resource check and the doctor read this one rule
+(standard library only, so the doctor runs without torch).
+
+Every process on the node holds its weights while loading (4 B per parameter in float32, else 2 B), plus one
+micro-batch of float32 frames in its own hands and `PREFETCH_FACTOR` more in each data worker, plus each worker's
+own pages; a run that trains on the host adds its device estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from DiT4DiT.facts import num_output_frames
+from DiT4DiT.memory_estimate import GIB, safetensors_param_count
+
+PREFETCH_FACTOR = 2  # torch DataLoader's default: batches each worker keeps ready
+# A worker's own pages (interpreter state it writes, parquet tables, decoder buffers): ~0.1 GiB measured on the
+# tiny data, more on real episodes; 64 workers of a 2-process run took > 6 GiB.
+WORKER_PROCESS_BYTES = GIB // 4
+WEIGHT_PARTS = ("text_encoder", "transformer", "vae")
+
+
+def weight_bytes(base_model: Path, torch_dtype: str) -> int:
+    """Bytes of the pipeline's weights as a process loads them (parts without safetensors count 0)."""
+    per_param = 4 if torch_dtype == "float32" else 2
+    return sum(safetensors_param_count(Path(base_model) / part) or 0 for part in WEIGHT_PARTS) * per_param
+
+
+def frames_batch_bytes(data, views: int) -> int:
+    """One micro-batch as the data yields it: float32 (frames, 3, size, size x views) per sample."""
+    frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+    return data.per_device_batch_size * frames * 3 * data.image_size * data.image_size * views * 4
+
+
+@dataclass(frozen=True)
+class HostNeed:
+    processes: int
+    weights: int  # bytes per process, as loaded
+    batch: int  # bytes of one micro-batch of frames
+    workers: int
+    training: int = 0  # bytes per process that train on the host (CPU device), else 0
+
+    @classmethod
+    def of(cls, cfg, base_model: Path, processes: int, views: int, training: int = 0) -> "HostNeed":
+        """The need of `processes` processes on one node loading `base_model` with `cfg`'s data settings."""
+        data = cfg.datasets.vla_data
+        return cls(processes, weight_bytes(base_model, cfg.framework.cosmos25.torch_dtype),
+                   frames_batch_bytes(data, views), int(data.num_workers), training)
+
+    @property
+    def per_process(self) -> int:
+        return (self.weights + self.batch * (1 + self.workers * PREFETCH_FACTOR) + self.workers * WORKER_PROCESS_BYTES
+                + self.training)
+
+    @property
+    def total(self) -> int:
+        return self.processes * self.per_process
+
+    def describe(self) -> str:
+        training = f" + {self.training / GIB:.1f} GiB training on the host" if self.training else ""
+        return (f"{self.processes} process(es) x ({self.weights / GIB:.1f} GiB weights + micro-batch of frames "
+                f"{self.batch / GIB:.2f} GiB x (1 + {self.workers} workers x {PREFETCH_FACTOR} prefetched) + "
+                f"{self.workers} workers x {WORKER_PROCESS_BYTES / GIB:.2f} GiB{training}) = {self.total / GIB:.1f} GiB")
