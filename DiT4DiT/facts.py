@@ -22,6 +22,7 @@ PIPELINE_PARTS = {
 }
 # Wan VAE: 8x spatial downsampling and 1 + 4k frames -> 1 + k latent frames; Cosmos patches latents 2x2.
 VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
+FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
 # The original's future losses that sample the future latents (future_num_inference_steps sampler steps from
 # noise, gradient through every step) and compare them with the ground truth's latents, or decode them and compare
 # frames (L1 / MSE in [0, 1]); the others are one flow-matching pass.

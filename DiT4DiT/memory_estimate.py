@@ -19,8 +19,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.facts import (DIT_SIZES, PATCH_SIZE, SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, is_under,
-                           latent_frame_count, module_paths, num_output_frames)
+from DiT4DiT.facts import (DIT_SIZES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count,
+                           module_paths, num_output_frames)
 
 GIB = 1024**3
 MEASURE_COMMAND = "python -m DiT4DiT.tools.measure_activation_memory"
@@ -220,7 +220,7 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
     data = cfg.datasets.vla_data
     latent_frames = latent_frame_count(num_output_frames(data.video_delta_indices, data.action_video_freq_ratio))
-    side = VAE_SPATIAL_FACTOR * PATCH_SIZE
+    side = FRAME_SIDE_MULTIPLE  # one latent patch
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
     vae_base_dim = json.loads((base_model / "vae" / "config.json").read_text()).get("base_dim", MEASURED["vae_base_dim"])
     activations = activation_bytes(cfg, tcfg, vae_base_dim, tokens, views * data.image_size**2,

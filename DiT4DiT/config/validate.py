@@ -12,10 +12,10 @@ from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
-from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR, latent_frame_count, num_output_frames
+from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, latent_frame_count, num_output_frames
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.pipeline_shape import read_pipeline_shape
 
-FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
 
 
@@ -142,8 +142,6 @@ def check_folder_path(key: str, folder: Path) -> None:
 
 def check_backbone_fits(cfg: DictConfig) -> None:
     """The backbone keys agree with the sizes the (complete) base model folder's configs declare."""
-    from DiT4DiT.model.modules.cosmos_pipeline import read_pipeline_shape
-
     cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
     shape = read_pipeline_shape(cosmos.base_model)
     _require(0 <= cosmos.extract_layer < shape.num_blocks,

@@ -20,11 +20,12 @@ import torch.nn.functional as F
 from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
-from DiT4DiT.facts import SAMPLED_LOSS_TYPES, is_under, latent_frame_count
+from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
-from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components, read_pipeline_shape
+from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
+from DiT4DiT.pipeline_shape import read_pipeline_shape
 from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
@@ -279,10 +280,10 @@ class CosmosFeatureExtractor(nn.Module):
         `generators` (CPU, one per example) draw each example's noise on its own, so an example's features do not
         depend on the batch it is in (the server batches requests); None draws from torch's default generator."""
         batch, _, height, width = cond_frames.shape
-        if height % 16 or width % 16:
+        if height % FRAME_SIDE_MULTIPLE or width % FRAME_SIDE_MULTIPLE:
             raise ValueError(
-                f"frame size {height}x{width} (HxW): Cosmos needs height and width that are multiples of 16; "
-                "set datasets.vla_data.image_size to a multiple of 16 (e.g. 224)"
+                f"frame size {height}x{width} (HxW): Cosmos needs height and width that are multiples of "
+                f"{FRAME_SIDE_MULTIPLE}; set datasets.vla_data.image_size to a multiple of {FRAME_SIDE_MULTIPLE} (e.g. 224)"
             )
         device = cond_frames.device
         dtype = self.transformer.dtype
