@@ -38,7 +38,7 @@ from DiT4DiT.facts import latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed  # noqa: E402
-from DiT4DiT.model.modules.cosmos_pipeline import PipelineShape  # noqa: E402
+from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.measure_activation_memory import saved_for_backward_bytes  # noqa: E402
 
 

@@ -42,12 +42,9 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules import cosmos_backbone  # noqa: E402
-from DiT4DiT.model.modules.cosmos_pipeline import (  # noqa: E402
-    COSMOS_2B_TRANSFORMER_CONFIG,
-    CosmosComponents,
-    PipelineShape,
-)
+from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, CosmosComponents  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
+from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
     DEFAULT_OUT,
     build_scheduler,

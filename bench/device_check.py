@@ -64,7 +64,8 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import DETERMINISTIC_ENV, latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, PipelineShape  # noqa: E402
+from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG  # noqa: E402
+from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
