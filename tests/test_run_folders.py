@@ -27,8 +27,8 @@ from DiT4DiT.model.framework.base_framework import RunFolderError, recorded_conf
 from DiT4DiT.serving.client import PolicyClient
 from DiT4DiT.serving.policy import Policy
 from DiT4DiT.serving.server import running_server
-from DiT4DiT.tools.export_checkpoint import original_server_note
 from DiT4DiT.tools.tiny_dataset import generate
+from DiT4DiT.training.checkpoint import original_server_note
 from DiT4DiT.training.train import main as train_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_our_run_with_full_state_dicts_loads_in_the_original_loading_path_and_pr
 
 def test_a_run_without_full_state_dicts_ends_with_the_export_command(tmp_path):
     cfg = load_config(TINY_YAML)
-    note = original_server_note(cfg, tmp_path / "run")
+    note = original_server_note(cfg.trainer.save_full_state_dict, tmp_path / "run")
     final = tmp_path / "run/final_model/pytorch_model.pt"
     assert note.endswith(f"python -m DiT4DiT.tools.export_checkpoint {final} --out {final.parent / 'full_pytorch_model.pt'}")
 

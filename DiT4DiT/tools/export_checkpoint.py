@@ -42,16 +42,6 @@ def export_full_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: b
     return out
 
 
-def original_server_note(cfg, run_dir: str | Path) -> str:
-    """The line training ends with: how the original DiT4DiT's server loads this run's final model."""
-    final = Path(run_dir) / "final_model" / "pytorch_model.pt"
-    if cfg.trainer.save_full_state_dict:
-        return f"{final} holds every weight: the original's server loads it as it is (--ckpt_path {final})"
-    full = final.with_name("full_pytorch_model.pt")
-    return (f"{final} leaves out the frozen modules (they reload from framework.cosmos25.base_model); for the "
-            f"original's server, which loads every weight: python -m DiT4DiT.tools.export_checkpoint {final} --out {full}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path, help="a .pt inside a run folder (two levels below config.yaml)")

@@ -55,6 +55,7 @@ TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest"
 OWN_DIGEST = "sha256"  # of trainer_state.json's other fields: the manifest covers the file that holds it
 CONFIG = "config.yaml"
+FINAL_MODEL = Path("final_model") / "pytorch_model.pt"  # the weights the export and the policy server read
 HASH_CHUNK = 16 * 2**20
 DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own files, below the state folder (loaded by DeepSpeed)
 # The non-torch types DeepSpeed 0.16's ZeRO-2/3 states pickle (found with torch.serialization's
@@ -194,11 +195,21 @@ class Checkpointer:
 
     def save_final(self, model) -> Path:
         """Collective: final_model/pytorch_model.pt, the weights the export and the policy server read."""
-        path = self.run_dir / "final_model" / "pytorch_model.pt"
+        path = self.run_dir / FINAL_MODEL
         state_dict = full_state_dict(self.accelerator, model)  # every rank: ZeRO-3 gathers the shards here
         if self.accelerator.is_main_process:
             save_weights(weights_to_save(state_dict, self.left_out), path)
         return path
+
+
+def original_server_note(save_full_state_dict: bool, run_dir: Path) -> str:
+    """The line training ends with: how the original DiT4DiT's server loads this run's final model."""
+    final = run_dir / FINAL_MODEL
+    if save_full_state_dict:
+        return f"{final} holds every weight: the original's server loads it as it is (--ckpt_path {final})"
+    full = final.with_name("full_pytorch_model.pt")
+    return (f"{final} leaves out the frozen modules (they reload from framework.cosmos25.base_model); for the "
+            f"original's server, which loads every weight: python -m DiT4DiT.tools.export_checkpoint {final} --out {full}")
 
 
 def newest_weights(checkpoints_dir: Path) -> tuple[int, Path] | None:

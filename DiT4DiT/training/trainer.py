@@ -32,9 +32,8 @@ from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
-from DiT4DiT.tools.export_checkpoint import original_server_note
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
-from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, save_config
+from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, original_server_note, save_config
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
@@ -198,7 +197,7 @@ class Trainer:
         if self.accelerator.is_main_process:
             plot_loss_curve(self.run_dir)
             log.info("done: %s", self.run_dir)
-            log.info(original_server_note(self.cfg, self.run_dir))
+            log.info(original_server_note(self.cfg.trainer.save_full_state_dict, self.run_dir))
         self.accelerator.wait_for_everyone()
         return self.run_dir
 
