@@ -19,7 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.schema import leaves, load_config
 from DiT4DiT.dataloader import build_vla_datasets, save_dataset_statistics
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework
@@ -54,14 +54,6 @@ TINY_MODEL = [
 ]
 
 
-def _leaves(node: dict, prefix: str = ""):
-    for name, value in node.items():
-        if isinstance(value, dict):
-            yield from _leaves(value, f"{prefix}{name}.")
-        else:
-            yield f"{prefix}{name}", value
-
-
 def _original_dit_kwargs(config: dict) -> dict:
     """The original's rule: diffusion_model_cfg merged over the size table's entry, later keys winning."""
     head = config["framework"]["action_model"]
@@ -75,7 +67,7 @@ def _original_dit_kwargs(config: dict) -> dict:
 def test_a_recorded_config_holds_no_null_the_original_would_read_as_an_override(yaml_name, tmp_path):
     cfg = load_config(REPO / "DiT4DiT/config" / yaml_name)
     recorded = OmegaConf.to_container(OmegaConf.create(OmegaConf.to_yaml(recorded_config(cfg))))
-    nulls = {key for key, value in _leaves(recorded) if value is None}
+    nulls = {key for key, value in leaves(recorded) if value is None}
     assert nulls <= NULL_MEANS_THE_SAME, nulls - NULL_MEANS_THE_SAME
     dit = _original_dit_kwargs(recorded)
     assert all(isinstance(dit[k], int) for k in ("num_attention_heads", "attention_head_dim"))

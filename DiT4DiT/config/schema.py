@@ -287,12 +287,13 @@ def default_config() -> DictConfig:
     return OmegaConf.create(build(SCHEMA))
 
 
-def _leaves(node: Any, prefix: str = ""):
-    """(dotted path, value) of every leaf of a plain nested dict."""
+def leaves(node: Any, prefix: str = ""):
+    """(dotted path, value) of every leaf of a plain nested dict (an empty dict is a leaf); resume compares
+    configs with it too."""
     for name, value in node.items():
         path = f"{prefix}{name}"
         if isinstance(value, dict) and value:
-            yield from _leaves(value, path + ".")
+            yield from leaves(value, path + ".")
         else:
             yield path, value
 
@@ -321,7 +322,7 @@ def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
     ConfigError for any other key the schema does not know."""
     container = OmegaConf.to_container(cfg) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
     unused, misplaced = [], []
-    for path, value in list(_leaves(container)):
+    for path, value in list(leaves(container)):
         if path in KNOWN_KEYS:
             if isinstance(value, dict) and value:
                 raise ConfigError(f"{source}: '{path}' takes a single value, not a mapping")

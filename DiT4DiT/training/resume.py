@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from DiT4DiT.config.schema import leaves
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import is_under
@@ -57,18 +58,8 @@ def _leaves(cfg: DictConfig, key: str) -> dict[str, object]:
     if value is _ABSENT:
         return {}
     if isinstance(value, DictConfig):
-        return {f"{key}.{k}": v for k, v in _flatten(OmegaConf.to_container(value)).items()}
+        return dict(leaves(OmegaConf.to_container(value), f"{key}."))
     return {key: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value}
-
-
-def _flatten(node: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for name, value in node.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{name}."))
-        else:
-            out[f"{prefix}{name}"] = value
-    return out
 
 
 def allowed_changes(cfg: DictConfig) -> set[str]:
