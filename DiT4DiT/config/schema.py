@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import Key, coerce
+from DiT4DiT.facts import is_under
 from DiT4DiT.yaml_files import checked_yaml_text
 
 __all__ = ["ConfigError", "Key", "KNOWN_KEYS", "SCHEMA", "default_config", "load_config", "normalize_cli_overrides"]
@@ -299,7 +300,7 @@ def leaves(node: Any, prefix: str = ""):
 
 
 def _is_section(path: str) -> bool:
-    return path in OPEN_NODES or any(k.startswith(path + ".") for k in KNOWN_KEYS)
+    return path in OPEN_NODES or any(is_under(k, (path,)) for k in KNOWN_KEYS)
 
 
 def _closest(path: str) -> str:
@@ -326,9 +327,9 @@ def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
         if path in KNOWN_KEYS:
             if isinstance(value, dict) and value:
                 raise ConfigError(f"{source}: '{path}' takes a single value, not a mapping")
-        elif path.startswith(tuple(p + "." for p in OPEN_NODES)):
+        elif path not in OPEN_NODES and is_under(path, OPEN_NODES):  # a module's entry, not the node itself
             continue
-        elif path in UNUSED_BY_THE_ORIGINAL or path.startswith(tuple(p + "." for p in UNUSED_BY_THE_ORIGINAL)):
+        elif is_under(path, UNUSED_BY_THE_ORIGINAL):
             unused.append(path)
             _drop(container, path)
         elif path in RECORDED_FOR_THE_ORIGINAL:
@@ -336,7 +337,7 @@ def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
         elif path.startswith(MISPLACED_PREFIX) and path[len(MISPLACED_PREFIX):] in KNOWN_KEYS:
             misplaced.append(path)
             _drop(container, path)
-        elif any(path.startswith(known + ".") for known in KNOWN_KEYS):
+        elif is_under(path, KNOWN_KEYS):  # below a known leaf (the leaf itself was accepted above)
             raise ConfigError(f"{source}: '{path.rsplit('.', 1)[0]}' takes a single value, not a mapping")
         elif _is_section(path):
             raise ConfigError(f"{source}: '{path}' is a section; set its keys, e.g. '{path}.<key>'")
