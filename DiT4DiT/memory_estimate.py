@@ -79,6 +79,11 @@ def safetensors_param_count(folder: Path) -> int | None:
     return total
 
 
+def param_bytes(torch_dtype: str) -> int:
+    """Bytes per weight as framework.cosmos25.torch_dtype loads it: float32 4, bfloat16 and float16 2."""
+    return 4 if torch_dtype == "float32" else 2
+
+
 def head_size(cfg) -> tuple[int, int]:
     """(inner width, layers) of the action DiT."""
     dit = cfg.framework.action_model.diffusion_model_cfg
@@ -187,7 +192,7 @@ def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: in
     if cosmos.training != "video":  # the no-grad feature pass, before the video pass
         feature = measured_bytes(MEASURED["feature_pass_peak"], tokens, text, batch) * hidden / MEASURED["hidden"]
     # MEASURED is bf16; float32 modules (the tiny pipeline) hold twice the bytes.
-    precision = 2 if cosmos.torch_dtype == "float32" else 1
+    precision = param_bytes(cosmos.torch_dtype) // 2
     return precision * (prompts + max(vae, feature, kept))
 
 
