@@ -50,7 +50,8 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, PipelineShape  # noqa: E402
+from DiT4DiT import cosmos_2b  # noqa: E402
+from DiT4DiT.model.modules.cosmos_pipeline import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
@@ -133,7 +134,8 @@ def environment(device: torch.device) -> dict:
 def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict:
     store = [f"framework.cosmos25.prompt_store_dir={tmp / 'prompt_store'}", "framework.cosmos25.prompt_cache=true"]
     if full_size:
-        shape = PipelineShape(hidden_size=2048, num_blocks=COSMOS_2B_TRANSFORMER_CONFIG["num_layers"], temporal_factor=4)
+        shape = PipelineShape(hidden_size=cosmos_2b.HIDDEN_SIZE, num_blocks=cosmos_2b.TRANSFORMER_CONFIG["num_layers"],
+                              temporal_factor=4)
         with bench_model.substituted_backbone(shape, bench_model.random_full_size_components(device)):
             cfg = load_config(None, bench_model.FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={bench_model.FROZEN}"]
                               + store)

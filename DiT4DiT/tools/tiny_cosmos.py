@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from DiT4DiT.facts import TINY_MODEL_DIR
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
+from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
@@ -65,7 +66,8 @@ TOKENIZER_CORPUS = [
 ]
 
 
-def build_tokenizer():
+def build_tokenizer(vocab_size: int = TOKENIZER_VOCAB, special_tokens: list[str] = SPECIAL_TOKENS):
+    """A byte-level BPE trained offline on TOKENIZER_CORPUS, as a Qwen2 tokenizer with Qwen's chat layout."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
@@ -73,8 +75,8 @@ def build_tokenizer():
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB,
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte encodes, so any text works
         show_progress=False,
     )
