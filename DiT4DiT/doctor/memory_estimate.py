@@ -65,6 +65,10 @@ def is_frozen(module: str, freeze_modules: str | None) -> bool:
     return is_under(module, module_paths(freeze_modules))
 
 
+def checkpointing(cfg) -> bool:
+    return bool(cfg.trainer.get("enable_gradient_checkpointing", False))
+
+
 def mixture_views(data_mix: str, data_config: str = "auto") -> int:
     """Cameras side by side in a sample of the mixture (the widest of its data configs)."""
     from DiT4DiT.dataloader.mixtures import resolve_data_mix  # imports the data package only here
@@ -73,9 +77,12 @@ def mixture_views(data_mix: str, data_config: str = "auto") -> int:
     return max(len(entry_config(entry).video_keys) for entry in resolve_data_mix(data_mix, data_config))
 
 
-def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int) -> Estimate | None:
+def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int, zero_stage: int = 2,
+                             device_kind: str = "npu") -> Estimate | None:
     """Per-device GiB for `cfg` on `num_processes` devices with `views` cameras side by side per frame, or None
-    when the snapshot has no safetensors."""
+    when the snapshot has no safetensors. ZeRO-3 also shares the bf16 weights and gradients; with
+    trainer.enable_gradient_checkpointing only each block's input is kept, and one block's activations are
+    rebuilt at a time. `device_kind` (npu, cuda or cpu) is for device-specific activations."""
     base_model = Path(base_model)
     parts = {p: safetensors_param_count(base_model / p) for p in PARTS}
     if any(v is None for v in parts.values()):
@@ -85,7 +92,8 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
     frozen_parts = {p for p, module in modules.items() if is_frozen(module, cfg.trainer.freeze_modules)}
     frozen = sum(n for p, n in parts.items() if p in frozen_parts)
     trainable = sum(n for p, n in parts.items() if p not in frozen_parts)
-    static = 2 * frozen + trainable * (4 + 12 / max(num_processes, 1))
+    shards = max(num_processes, 1)
+    static = (2 * frozen + 4 * trainable) / (shards if zero_stage >= 3 else 1) + 12 * trainable / (shards if zero_stage else 1)
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
     hidden = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
@@ -93,5 +101,6 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
     latent_frames = latent_frame_count(num_output_frames(data.video_delta_indices, data.action_video_freq_ratio))
     side = VAE_SPATIAL_FACTOR * PATCH_SIZE
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
-    activations = ACTIVATION_BYTES_PER_TOKEN_UNIT * tokens * hidden * tcfg["num_layers"] * data.per_device_batch_size
+    per_layer = 2 + ACTIVATION_BYTES_PER_TOKEN_UNIT / tcfg["num_layers"] if checkpointing(cfg) else ACTIVATION_BYTES_PER_TOKEN_UNIT
+    activations = per_layer * tokens * hidden * tcfg["num_layers"] * data.per_device_batch_size
     return Estimate(static_gib=static / GIB, activation_gib=activations / GIB, tokens_per_sample=tokens)

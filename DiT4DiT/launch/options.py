@@ -77,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
     opt("--machine_rank", metavar="R", help="this node's rank, 0 = the main node (else NODE_RANK, SLURM_NODEID; 0)")
     opt("--main_process_ip", metavar="IP", help="address of machine 0, needed with 2+ nodes (else MASTER_ADDR)")
     opt("--main_process_port", metavar="P", help="its port (else MASTER_PORT; 29500)")
+    opt("--device_memory_gib", metavar="GIB", help="free memory per device that the memory plan checks against "
+        "(else npu-smi's free HBM, or nvidia-smi's; a CPU host is not checked)")
     opt("--net_if", metavar="NAME", help="network interface for collectives (else DIT4DIT_NET_IF; with 2+ nodes "
         "derived from `ip route get MAIN_IP`)")
     trainer = p.add_argument_group("short names for trainer keys (passed only when given)")
@@ -98,6 +100,8 @@ def _check(name: str, value) -> str:
         raise UsageError(f"--{name} needs a value: --{name}=VALUE (see --help)")
     if name in POSITIVE and not re.fullmatch(r"[1-9][0-9]*", value):
         raise UsageError(f"--{name}={value}: expected a positive integer")
+    if name == "device_memory_gib" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
+        raise UsageError(f"--device_memory_gib={value}: expected a number of GiB, e.g. 60")
     if name == "device" and value not in KINDS:
         raise UsageError(f"--device={value}: expected npu, cuda or cpu")
     if name == "soc" and value not in SOCS:
@@ -154,4 +158,4 @@ def parse(argv: list[str], cwd: Path) -> Options:
 
 def option_names() -> list[str]:
     return [*TRAINER_KEYS, "device", "num_processes", "config_yaml", "launch_config", "soc", "num_machines",
-            "machine_rank", "main_process_ip", "main_process_port", "net_if"]
+            "machine_rank", "main_process_ip", "main_process_port", "net_if", "device_memory_gib"]
