@@ -15,6 +15,9 @@ was measured; a failed section is recorded with its error and the next one runs)
   steps         forward + backward + AdamW under bf16 autocast at batch 1, 2, 4: median step time, MFU, peak memory
   repeat        diffusers' repeat_interleave(1, dim=3) of K/V on a tensor over 2**22 elements, forward + backward,
                 against our processor's path (no repeat): same gradient, both timed
+  plan          the memory plan's estimate per batch next to the steps' measured peaks, and its verdict for the
+                device's free memory (full size: the real sizes from a shapes-only snapshot, DiT4DiT/cosmos_2b.py)
+  checkpointing batch 4 with the Cosmos transformer's blocks checkpointed and without: step time, peak memory
   zero2         with >= 2 devices: one DeepSpeed ZeRO-2 run (3 steps) with overlap_comm on and off, losses and grad
                 norms compared; skipped with a line on 1 device
 The device comes from DiT4DiT.serving.device.select_device: an NPU where torch_npu loads, else CUDA, else CPU.
@@ -66,7 +69,8 @@ PEAK_TFLOPS = (
     ("910_93", 376.0), ("910B", 354.0),
 )
 TOTAL_BUDGET_S = 480
-SECTION_LIMIT_S = {"environment": 30, "build": 120, "flops": 60, "store": 90, "steps": 150, "repeat": 30, "zero2": 120}
+SECTION_LIMIT_S = {"environment": 30, "build": 120, "flops": 60, "store": 90, "steps": 150, "plan": 60,
+                   "checkpointing": 90, "repeat": 30, "zero2": 120}
 TINY_LIMIT_S = 90  # the whole --tiny run (under a minute on a quiet 2-core CPU)
 BATCHES = (1, 2, 4)
 
@@ -267,6 +271,53 @@ def steps(state: dict, device: torch.device, peak: float | None, count: int) -> 
     return rows
 
 
+def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
+    """The memory plan's prediction for this run next to the peaks the steps section measured: the estimate per
+    batch (one process, no DeepSpeed: the step here is plain AdamW), and whether the plan says it fits this
+    device's free memory. The full-size model's sizes come from a shapes-only snapshot of the real one."""
+    from DiT4DiT.doctor import memory_plan
+    from DiT4DiT.doctor.memory_estimate import estimate_training_memory
+    from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+
+    base = write_shapes_only(tmp / "shapes") if full_size else tmp / "tiny"
+    cfg, views, rows = state["cfg"], state["views"], {}
+    kind = "cpu" if device.type == "cpu" else ("cuda" if device.type == "cuda" else "npu")
+    for batch in BATCHES:
+        batch_cfg = memory_plan.with_keys(cfg, datasets__vla_data__per_device_batch_size=batch)
+        est = estimate_training_memory(base, batch_cfg, 1, views, zero_stage=0, device_kind=kind)
+        measured = (state.get("steps", {}).get(batch) or {}).get("peak_mib")
+        rows[batch] = {"estimate_mib": round(est.total_gib * 1024), "measured_peak_mib": measured,
+                       "measured_over_estimate": round(measured / (est.total_gib * 1024), 3) if measured else None}
+    if device.type != "cpu":
+        free_gib = getattr(torch, device.type).mem_get_info(device)[0] / 2**30
+        result = memory_plan.plan(base, cfg, memory_plan.Run(1, zero_stage=0), views, free_gib, kind)
+        rows["plan_for_config"] = result.lines()
+    return rows
+
+
+def checkpointing(state: dict, device: torch.device, count: int, batch: int = 4) -> dict:
+    """Step time and peak memory at batch 4 with the Cosmos transformer's blocks checkpointed (diffusers' switch on
+    the transformer, which the video pass runs) and without."""
+    model = state["model"]
+    transformer = model.backbone_interface.extractor.transformer
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    examples = make_examples(state["cfg"], batch=batch, views=state["views"])
+    rows = {}
+    try:
+        for name, on in (("off", False), ("on", True)):
+            transformer.enable_gradient_checkpointing() if on else transformer.disable_gradient_checkpointing()
+            if device.type != "cpu":
+                getattr(torch, device.type).reset_peak_memory_stats(device)
+            train_step(state, examples, optimizer, device)  # warm-up
+            median = statistics.median(train_step(state, examples, optimizer, device) for _ in range(count))
+            rows[name] = {"step_ms": round(median * 1e3, 2), "peak_mib": round(bench_model.peak_memory_mib(device))}
+    finally:
+        transformer.disable_gradient_checkpointing()
+    rows["time_on_over_off"] = round(rows["on"]["step_ms"] / rows["off"]["step_ms"], 3)
+    rows["peak_on_over_off"] = round(rows["on"]["peak_mib"] / rows["off"]["peak_mib"], 3)
+    return rows
+
+
 def repeat(device: torch.device, elements_over: int = 2**22) -> dict:
     """K/V as diffusers' Cosmos processor holds them, (B, heads, S, head_dim), sized just over 2**22 elements."""
     heads, head_dim = 16, 128
@@ -368,6 +419,18 @@ def print_table(data: dict) -> None:
     if st.get("status") == "ok":
         print(f"  store off / on: {st['store_off_over_on']}x; full feature pass / early exit: "
               f"{st['full_feature_pass_over_early_exit']}x; medians (ms) {st['median_ms']}")
+    pl = sections.get("plan", {})
+    if pl.get("status") == "ok":
+        print("  memory estimate vs measured peak (MiB): " + ", ".join(
+            f"batch {b}: {row['estimate_mib']} vs {row['measured_peak_mib']}" for b, row in pl.items()
+            if isinstance(row, dict)))
+        for line in pl.get("plan_for_config", []):
+            print(f"  plan: {line}")
+    ck = sections.get("checkpointing", {})
+    if ck.get("status") == "ok":
+        print(f"  checkpointing at batch 4: step {ck['off']['step_ms']} -> {ck['on']['step_ms']} ms "
+              f"({ck['time_on_over_off']}x), peak {ck['off']['peak_mib']} -> {ck['on']['peak_mib']} MiB "
+              f"({ck['peak_on_over_off']}x)")
     rep = sections.get("repeat", {})
     if rep.get("status") == "ok":
         print(f"  repeat_interleave on {rep['elements']} elements: {rep['with_repeat_ms']} ms with, "
@@ -407,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             report.run("flops", limits["flops"], flops, state, device)
             report.run("store", limits["store"], store, state, device, 4 if args.full_size else 2)
             report.run("steps", limits["steps"], steps, state, device, peak, 5 if args.full_size else 2)
+            report.run("plan", limits["plan"], plan, state, device, Path(tmp), args.full_size)
+            report.run("checkpointing", limits["checkpointing"], checkpointing, state, device, 3 if args.full_size else 2)
         state.clear()  # the model's memory back before the last two sections
         gc.collect()
         if device.type != "cpu":

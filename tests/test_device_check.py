@@ -23,7 +23,8 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sections = json.loads(out.read_text())["sections"]
     assert {name: s["status"] for name, s in sections.items()} == {name: "ok" for name in (
-        "environment", "build", "flops", "store", "steps", "repeat", "zero2")}
+        "environment", "build", "flops", "store", "steps", "plan", "checkpointing", "repeat", "zero2")}
+    assert sections["plan"]["4"]["estimate_mib"] > 0 and sections["checkpointing"]["on"]["step_ms"] > 0
     assert sections["zero2"]["skipped"] == "1 device(s): the overlap_comm comparison needs 2"
     assert sections["repeat"]["over_2_22"] and sections["repeat"]["same_gradient"]
     # The analytic matmul count of a transformer forward is what torch's counter finds, within the small terms
