@@ -83,7 +83,7 @@ def test_gpu_free_memory_comes_from_nvidia_smi(monkeypatch):
 def test_fits_table_covers_every_config_and_device(real_sizes):
     configs = {name: ROOT / path for name, path in memory_plan.ORIGINAL_CONFIGS.items()}
     rows = memory_plan.fits_table(real_sizes, configs)
-    assert len(rows) == 2 + 4 and all(row.count("|") == len(memory_plan.DEVICES) + 2 for row in rows)
+    assert len(rows) == 2 + 4 + 3 and all(row.count("|") == len(memory_plan.DEVICES) + 2 for row in rows)
     for row in rows[2:]:
         assert all(cell.strip().startswith(("fits as is", "fits with", "does not fit")) for cell in row.split("|")[2:-1])
 

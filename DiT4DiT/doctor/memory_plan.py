@@ -207,27 +207,34 @@ def launch_zero_stage(launch_config: str | Path, repo: Path) -> int:
 
 
 def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) -> list[str]:
-    """Markdown rows: each config on each device with `processes` processes, ZeRO-2 -> fits as is / fits with ..."""
+    """Markdown rows: each config on each device with `processes` processes, ZeRO-2 -> fits as is / fits with ...;
+    a config that turns checkpointing on gets a second row without it."""
     from DiT4DiT.config.schema import load_config
     from DiT4DiT.doctor.memory_estimate import mixture_views
 
     header = "| config | " + " | ".join(d.name for d in DEVICES.values()) + " |"
     rows = [header, "|" + "---|" * (len(DEVICES) + 1)]
+    variants = []
     for name, path in configs.items():
         cfg = original_keys(path, load_config(path, []))
+        variants.append((name, cfg))
+        if checkpointing(cfg):  # what the plan says where the key were not read
+            variants.append((f"{name} without checkpointing", with_keys(cfg, trainer__enable_gradient_checkpointing=False)))
+    for name, cfg in variants:
         views = mixture_views(cfg.datasets.vla_data.data_mix, cfg.datasets.vla_data.data_config)
         cells = []
         for device in DEVICES.values():
             per_node = min(processes, PER_NODE[device.kind])
             run = Run(per_node, max(processes // per_node, 1))
             result = plan(base_model, cfg, run, views, device.memory_gib, device.kind)
+            of = f"of {result.limit_gib:.0f} GiB"
             if result.fits:
-                cells.append(f"fits as is ({result.current.total_gib:.0f} GiB)")
+                cells.append(f"fits as is ({result.current.total_gib:.0f} {of})")
             elif result.best:
-                cells.append(f"fits with {result.best.change} ({result.best.estimate.total_gib:.0f} GiB): "
-                             f"`{' '.join(result.best.flags)}`")
+                cells.append(f"fits with {result.best.change} ({result.best.estimate.total_gib:.0f} {of}; "
+                             f"{result.current.total_gib:.0f} as is): `{' '.join(result.best.flags)}`")
             else:
-                cells.append(f"does not fit ({result.current.total_gib:.0f} GiB)")
+                cells.append(f"does not fit ({result.current.total_gib:.0f} {of})")
         rows.append(f"| {name} (batch {cfg.datasets.vla_data.per_device_batch_size}, {views} view(s), "
                     f"{'checkpointing' if checkpointing(cfg) else 'no checkpointing'}) | " + " | ".join(cells) + " |")
     return rows

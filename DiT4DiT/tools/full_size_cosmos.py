@@ -9,11 +9,12 @@ fp32 VAE, each component in as many safetensors shards as the real one (with its
 The tokenizer is a byte-level BPE with Qwen's special tokens and chat layout, trained offline (no hub).
 
 Thinner than the real text encoder, so that the folder, the training state and a server fit a 24 GB host
-(THIN_TEXT, THIN_VISION): the MLP (intermediate_size 256 instead of 18944), the vocabulary (the offline
-tokenizer's ~2,000 tokens instead of 152,064) and the vision tower (1 block of width 64 instead of 32 of 1280).
-None of them changes a shape training sees: the prompt embedding is every layer's hidden state (28 x 3584, set by
-the layers and the width), prompts never carry images, and token ids only index the embedding table. About 0.9B
-parameters instead of 8.3B: its attention (28 heads, 4 key/value heads) and norms are the real ones.
+(THIN_TEXT, THIN_VISION, the tokenizer): the MLP (intermediate_size 256 instead of 18944), the vocabulary (the
+offline tokenizer's 447 tokens instead of 152,064) and the vision tower (1 block of width 64 instead of 32 of
+1280). None of them changes a shape training sees: the prompt embedding is every layer's hidden state (28 x 3584,
+set by the layers and the width), prompts never carry images, and token ids only index the embedding table.
+0.90B parameters instead of 8.29B; its attention (28 heads, 4 key/value heads, M-RoPE 16/24/24) and norms are
+the real ones.
 
 `--size test` keeps every config key but shrinks the widths (a folder of about 2 MB, written in seconds), so a
 unit test can load what this tool writes through the same code as the real snapshot.
