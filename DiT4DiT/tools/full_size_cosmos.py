@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +34,7 @@ import torch
 from DiT4DiT import cosmos_2b
 from DiT4DiT.cosmos_2b import COMPONENT_DTYPES, PARAMETERS, SPECIAL_TOKENS
 from DiT4DiT.pipeline_folder import PIPELINE_CLASS
-from DiT4DiT.tools.tiny_cosmos import build_tokenizer
+from DiT4DiT.tools.tiny_cosmos import build_tokenizer, report_written, write_folder_atomically
 
 DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-2B-random")
 THIN_TEXT = dict(intermediate_size=256)  # vocab_size: the tokenizer's
@@ -191,24 +189,12 @@ def write_shapes_only(out: str | Path) -> Path:
 
 def write_full_size_pipeline(out: str | Path, size: str = "full", seed: int = 0, overwrite: bool = False) -> Path:
     """Write the folder atomically: a failure leaves `out` as it was."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    def write(staging: Path) -> None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             write_components(staging, SIZES[size])
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return out
+
+    return write_folder_atomically(out, overwrite, write)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,13 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default: 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty output folder")
     args = parser.parse_args(argv)
-    try:
-        out = write_full_size_pipeline(args.out, size=args.size, seed=args.seed, overwrite=args.overwrite)
-    except FileExistsError as error:
-        print(f"full_size_cosmos: {error}", file=sys.stderr)
-        return 1
-    print(f"random-weight Cosmos-Predict2.5-2B pipeline ({args.size} size) written to {out}")
-    return 0
+    return report_written(
+        "full_size_cosmos", lambda: write_full_size_pipeline(args.out, args.size, args.seed, args.overwrite),
+        f"random-weight Cosmos-Predict2.5-2B pipeline ({args.size} size) written to {{out}}")
 
 
 if __name__ == "__main__":

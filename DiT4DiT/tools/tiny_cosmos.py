@@ -219,31 +219,53 @@ def build_tiny_pipeline(seed: int = 0):
     )
 
 
-def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
-    """Write the pipeline folder atomically: a failure leaves `out` as it was."""
-    from diffusers.utils import logging as diffusers_logging
-
+def write_folder_atomically(out: str | Path, overwrite: bool, write) -> Path:
+    """`write(staging)` fills a folder next to `out` that then replaces it: a failure leaves `out` as it was."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_tiny_pipeline(seed)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    verbosity = diffusers_logging.get_verbosity()
     try:
-        # The no-op safety checker is deliberately not saved (the real snapshot has none either); keep quiet.
-        diffusers_logging.set_verbosity_error()
-        pipeline.save_pretrained(staging, safe_serialization=True)
+        write(staging)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
-        diffusers_logging.set_verbosity(verbosity)
         if staging.exists():
             shutil.rmtree(staging)
     return out
+
+
+def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
+    """Write the pipeline folder atomically: a failure leaves `out` as it was."""
+    from diffusers.utils import logging as diffusers_logging
+
+    def write(staging: Path) -> None:
+        pipeline = build_tiny_pipeline(seed)
+        verbosity = diffusers_logging.get_verbosity()
+        try:
+            # The no-op safety checker is deliberately not saved (the real snapshot has none either); keep quiet.
+            diffusers_logging.set_verbosity_error()
+            pipeline.save_pretrained(staging, safe_serialization=True)
+        finally:
+            diffusers_logging.set_verbosity(verbosity)
+
+    return write_folder_atomically(out, overwrite, write)
+
+
+def report_written(tool: str, write, message: str) -> int:
+    """A generator's exit status: 0 with `message` once `write()` returns the folder; 1 with one line on stderr
+    when a file or a non-empty folder is in the way."""
+    try:
+        out = write()
+    except FileExistsError as error:
+        print(f"{tool}: {error}", file=sys.stderr)
+        return 1
+    print(message.format(out=out))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,13 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
                         help="replace an existing, non-empty output folder")
     args = parser.parse_args(argv)
-    try:
-        out = write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite)
-    except FileExistsError as error:
-        print(f"tiny_cosmos: {error}", file=sys.stderr)
-        return 1
-    print(f"tiny Cosmos-Predict2.5 pipeline written to {out}")
-    return 0
+    return report_written("tiny_cosmos", lambda: write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite),
+                          "tiny Cosmos-Predict2.5 pipeline written to {out}")
 
 
 if __name__ == "__main__":
