@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from DiT4DiT.doctor.memory_estimate import GIB, Estimate, checkpointing, estimate_training_memory
+from DiT4DiT.doctor.memory_estimate import Estimate, checkpointing, estimate_training_memory
 
 REPO = Path(__file__).resolve().parents[2]
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
@@ -38,7 +38,7 @@ DEVICES = {
     "a3": Device("A3 die, 64 GB", "npu", 64.0),
     "a2": Device("A2, 64 GB", "npu", 64.0),
     "gpu80": Device("80 GB GPU", "cuda", 79.6),  # H100/A100 80 GB: nvidia-smi reports 81559 MiB
-    "h200": Device("H200, 141 GB", "cuda", 139.8),  # nvidia-smi reports 143771 MiB
+    "h200": Device("H200, 141 GB", "cuda", 140.4),  # nvidia-smi reports 143771 MiB
 }
 
 
@@ -154,7 +154,7 @@ def plan(base_model: Path, cfg, run: Run, views: int, free_gib: float, kind: str
         est = estimate(c, r)
         by_kind[group] = Option(change, flags, est, est.total_gib <= limit)
     result.options += by_kind.values()
-    if result.best is None:  # stack the strongest change of each kind, in order, until the run fits
+    if result.best is None:  # stack the kinds in order (each: its mildest that fits, else its strongest)
         stacked_cfg, stacked_run, changes, stacked_flags = cfg, run, [], {}
         while steps := list(_candidates(stacked_cfg, stacked_run, kind)):
             group = steps[0][0]
