@@ -417,7 +417,11 @@ class Doctor:
             free_gib = memory_plan.device_free_gib(kind, self.topo)
         zero_stage = memory_plan.launch_zero_stage(self.args.launch_config, memory_plan.REPO)
         run = memory_plan.Run(self.num_processes, self.num_machines, zero_stage)
-        result = memory_plan.plan(self.base_model, self.cfg, run, views, free_gib or 0.0, kind)
+        try:
+            result = memory_plan.plan(self.base_model, self.cfg, run, views, free_gib or 0.0, kind)
+        except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
+            return Check(name, "WARN", f"no estimate: {type(err).__name__}: {err} in {self.base_model}'s configs",
+                         "check transformer/config.json against the snapshot's")
         if result is None:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
         est = result.current

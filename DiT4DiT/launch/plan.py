@@ -278,9 +278,13 @@ def _memory(plan: Plan, opts: Options, facts: Facts) -> None:
     if free is None or not base_model or pipeline_folder_problems(base_model, relative_to=REPO):
         return  # nothing to plan with; preflight has named what is missing
     kind = plan.host.kind if plan.host.kind != "cpu" else "npu"
-    lines, fits = preflight.memory_plan_lines(_repo_path(plan.shown["config_yaml"][0]), plan.forwarded,
-                                              str(_repo_path(base_model)), _repo_path(plan.shown["launch_config"][0]),
-                                              plan.per_node, plan.machines, kind, free)
+    try:
+        lines, fits = preflight.memory_plan_lines(_repo_path(plan.shown["config_yaml"][0]), plan.forwarded,
+                                                  str(_repo_path(base_model)), _repo_path(plan.shown["launch_config"][0]),
+                                                  plan.per_node, plan.machines, kind, free)
+    except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
+        plan.notes.append(f"no memory plan: the estimate could not read {base_model} ({type(err).__name__}: {err})")
+        return
     plan.memory = lines
     if not fits:
         plan.problems.append("device memory: " + "\n    ".join(lines))
