@@ -92,7 +92,7 @@ def check_resources(cfg: DictConfig, num_processes: int, device: torch.device) -
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # as torchrun sets it: processes on this node
     data, base_model = cfg.datasets.vla_data, Path(cfg.framework.cosmos25.base_model)
     views = mixture_views(data.data_mix, data.data_config)
-    estimate = estimate_training_memory(base_model, cfg, num_processes, views)
+    estimate = estimate_training_memory(base_model, cfg, num_processes, views, device_kind=device.type)
     weight_bytes = 4 if cfg.framework.cosmos25.torch_dtype == "float32" else 2
     weights = sum(safetensors_param_count(base_model / part) or 0 for part in WEIGHT_PARTS) * weight_bytes
     on_host = device_total_bytes(device) is None
