@@ -28,7 +28,7 @@ def real_sizes(tmp_path_factory):
 
 
 def test_zero3_and_checkpointing_lower_the_estimate(real_sizes):
-    cfg = load_config(LIBERO, [])
+    cfg = memory_plan.with_keys(load_config(LIBERO, []), trainer__enable_gradient_checkpointing=False)
     two, three = (estimate_training_memory(real_sizes, cfg, 16, 2, zero_stage=z) for z in (2, 3))
     assert three.static_gib < two.static_gib and three.activation_gib == two.activation_gib
     on = estimate_training_memory(real_sizes, memory_plan.with_keys(cfg, trainer__enable_gradient_checkpointing=True), 16, 2)
@@ -60,7 +60,8 @@ def test_each_kind_of_change_is_a_line_with_numbers_and_flags(real_sizes):
 
 
 def test_changes_are_stacked_when_none_fits_alone(real_sizes):
-    cfg = load_config(LIBERO, [])  # trains everything, text encoder included, at batch 16
+    # trains everything, text encoder included, at batch 16; its YAML's checkpointing off
+    cfg = memory_plan.with_keys(load_config(LIBERO, []), trainer__enable_gradient_checkpointing=False)
     result = memory_plan.plan(real_sizes, cfg, memory_plan.Run(2), 2, free_gib=60.7)
     best = result.best
     assert best is not None and " + " in best.change
