@@ -379,7 +379,7 @@ class ServerPolicy(ChunkedPolicy):
                                  f"of the {DATA_CONFIG} layout (train on data from `collect`)")
 
     def reset(self, seed: int) -> None:
-        super().reset()  # the server draws the diffusion noise
+        super().reset((seed,))  # the requests' noise seeds come from the episode's seed and the step
 
     def act(self, views, state, instruction) -> np.ndarray:
         return env_action(self.next_row(views, state, instruction))
