@@ -6,6 +6,7 @@ exit codes are checked by running its entry point directly (accelerate launch re
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -275,6 +276,35 @@ def test_a_full_disk_at_the_loss_plot_keeps_the_final_model(six_steps, tiny_pipe
     assert "loss_curve.png not written (No space left on device)" in resumed.stderr
     saved = torch.load(run / "checkpoints/steps_7_pytorch_model.pt", weights_only=True)
     assert_same_weights(final_weights(run), saved)  # the final model is step 7's
+
+
+def test_a_run_folder_deleted_mid_run_is_one_line(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    command = trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "gone", "--trainer.max_train_steps=400",
+                              "--trainer.save_interval=1000", "--trainer.logging_frequency=1")
+    command = [sys.executable, "DiT4DiT/training/train.py", *command[command.index("--config_yaml"):]]
+    process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    wait_for_step(tmp_path / "gone", 2, process)
+    os.rename(tmp_path / "gone", tmp_path / "deleted")  # gone from its path at once, as rm -rf leaves it
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    # diffusers' own warning on loading the tiny pipeline's stand-in safety checker is not the run's error
+    lines = [line for line in error_lines(stderr) if not line.startswith("Expected types for safety_checker")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"RunDirLostError: {tmp_path}/gone/") and "No such file or directory" in lines[0], lines[0]
+    assert "--trainer.is_resume true" in lines[0]
+
+
+def test_a_write_refused_in_the_run_folder_is_one_line(tmp_path):
+    from DiT4DiT.training.run_dir import RunDirLostError, writes_lost_as_one_line
+
+    for code in (errno.EROFS, errno.EACCES):  # a read-only remount, permissions taken (chmod holds no root back)
+        with pytest.raises(RunDirLostError, match=r"checkpoints/x\.pt: .*: the run folder .* was deleted, made read-only"):
+            with writes_lost_as_one_line(tmp_path):
+                raise OSError(code, os.strerror(code), str(tmp_path / "checkpoints/x.pt"))
+    with pytest.raises(PermissionError):  # elsewhere: not the run folder's doing, so left as it was
+        with writes_lost_as_one_line(tmp_path / "run"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "data/x.mp4"))
 
 
 def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
