@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from DiT4DiT.dataloader.build import build_vla_dataset
     from DiT4DiT.dataloader.errors import DataError
     from DiT4DiT.serving.device import DeviceError, select_device
+    from DiT4DiT.tools.outputs import OutputError, check_out
 
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.open_loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="RUN/checkpoints/steps_N_pytorch_model.pt")
@@ -129,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache_dir:
         overrides.append(f"datasets.vla_data.cache_dir={args.cache_dir}")
     try:
+        if args.cache_dir:  # the data's index cache is written there: a folder of ours, not a file or a dataset
+            check_out(Path(args.cache_dir), folder=True, option="--cache_dir")
         device = select_device(args.device)
         policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key, base_model=args.base_model)
         # The run's config as the model loaded it (completed from the checkpoint, on the local snapshot), on this data.
         dataset = build_vla_dataset(load_run_config(args.ckpt, args.base_model, overrides), split="eval")
         torch.manual_seed(args.seed)
         summary = evaluate(policy, dataset, args.episodes, Path(args.out))
-    except (DeviceError, ConfigError, DataError, FileNotFoundError, ValueError) as error:
+    except (DeviceError, ConfigError, DataError, OutputError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"{len(summary['episodes'])} episodes, {summary['steps']} steps: MSE {summary['mse']:.5f}, "

@@ -15,6 +15,12 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
+
+if not __package__:  # run as a script (accelerate launch, python): a missing package is one line, not a traceback
+    sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the checkout holding this file provides DiT4DiT
+    from DiT4DiT.requirements_check import TRAINING, require
+    require("DiT4DiT/training/train.py", TRAINING)
 
 import torch
 import torch.distributed as dist
