@@ -22,6 +22,7 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 import torch
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
@@ -229,7 +230,7 @@ def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False)
     out = Path(out)
     check_out(out, folder=True)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
+        raise OutputError(f"{out} exists and is not empty; pass --overwrite to replace it")
     check_replaceable_folder(out, "model_index.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     pipeline = build_tiny_pipeline(seed)
@@ -257,13 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
                         help="replace an existing, non-empty output folder")
     args = parser.parse_args(argv)
-    try:
-        out = write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite)
-    except (FileExistsError, OutputError) as error:
-        print(f"tiny_cosmos: {error}", file=sys.stderr)
-        return getattr(error, "exit_code", 1)
-    print(f"tiny Cosmos-Predict2.5 pipeline written to {out}")
-    return 0
+    return run_main(lambda: print("tiny Cosmos-Predict2.5 pipeline written to "
+                                  f"{write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite)}"),
+                    "tiny_cosmos")
 
 
 if __name__ == "__main__":
