@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from DiT4DiT.atomic_files import write_json_atomic
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.errors import run_main
@@ -64,8 +65,8 @@ def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tup
                                 for i in range(0, len(examples), QUERIES_PER_BATCH)])
     width = recorded[0].shape[1]
     if predicted.shape[-1] != width:
-        raise ValueError(f"{part.layout.root}: episodes record {width}-dim actions but the run's statistics describe "
-                         f"{predicted.shape[-1]}; evaluate on data of the robot the model was trained for")
+        raise ConfigError(f"{part.layout.root}: episodes record {width}-dim actions but the run's statistics describe "
+                          f"{predicted.shape[-1]}; evaluate on data of the robot the model was trained for")
     return predicted.reshape(-1, width)[:length], np.concatenate(recorded)[:length]
 
 
@@ -90,7 +91,8 @@ def evaluate(policy: Policy, dataset, episodes: int, out: Path) -> dict:
             log.info("%s: %d steps, MSE %.5f, MAE %.5f", label, len(error), per_episode[-1]["mse"],
                      per_episode[-1]["mae"])
     if not per_episode:
-        raise ValueError("no held-out episode to evaluate: the mixture's eval split is empty")
+        raise ConfigError("no held-out episode to evaluate: the mixture's eval split is empty; give --data_mix a "
+                          "mixture with held-out episodes (datasets.vla_data.holdout_episodes > 0 in the run)")
     stacked = np.concatenate(errors)
     mse, mae = np.mean(stacked**2, axis=0), np.mean(np.abs(stacked), axis=0)
     plot_joint_errors(mse, mae, names, out / "per_joint_error.png")
