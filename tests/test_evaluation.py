@@ -45,6 +45,16 @@ def test_open_loop_writes_its_summary_and_plots_on_the_tiny_run(tiny_ckpt, tiny_
     assert (out / "per_joint_error.png").read_bytes()[:8] == PNG
 
 
+def test_open_loop_on_an_empty_eval_split_names_the_key(tmp_path):
+    from types import SimpleNamespace
+
+    from DiT4DiT.config.errors import ConfigError
+    from DiT4DiT.evaluation.open_loop import evaluate
+
+    with pytest.raises(ConfigError, match=r"eval split is empty; .*datasets\.vla_data\.holdout_episodes > 0"):
+        evaluate(None, SimpleNamespace(parts=[], frame_decoder=None), 4, tmp_path / "out")
+
+
 def test_open_loop_names_an_unknown_mixture(tiny_ckpt, tiny_robotwin_root, tmp_path, capsys):
     from DiT4DiT.evaluation.open_loop import main
 

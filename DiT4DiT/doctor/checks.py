@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import memory_plan, npu_network
 from DiT4DiT.launch import host_kind, npu_topology, preflight
@@ -527,10 +527,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num_processes must be at least 1")
     if args.num_machines < 1:
         parser.error("--num_machines must be at least 1")
-    try:
-        checks = Doctor(args, dict(os.environ)).run()
-    except ValueError as err:  # a bad DIT4DIT_SOC
-        parser.error(str(err))
+    return run_main(lambda: report(Doctor(args, dict(os.environ)).run()))
+
+
+def report(checks: list) -> int:
     for check in checks:
         print(check.line())
     failed = [c.name for c in checks if c.status == "FAIL"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.closed_loop_report import strip_frames
 from DiT4DiT.evaluation.metaworld import select_gl_backend
@@ -354,19 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
     configure_logging()
-    try:
-        summary = evaluate(args.task_suite, args.num_trials_per_task, args.out, host=args.host, port=args.port,
-                           tasks=args.tasks, max_steps=args.max_steps, num_steps_wait=args.num_steps_wait,
-                           seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s,
-                           num_envs=args.num_envs)
-    except DiT4DiTError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    return run_main(lambda: evaluate_suite(args))
+
+
+def evaluate_suite(args: argparse.Namespace) -> None:
+    summary = evaluate(args.task_suite, args.num_trials_per_task, args.out, host=args.host, port=args.port,
+                       tasks=args.tasks, max_steps=args.max_steps, num_steps_wait=args.num_steps_wait,
+                       seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s,
+                       num_envs=args.num_envs)
     print(render(summarize(args.out)), end="")
     low, high = summary["ci95"]
     print(f"{args.task_suite}: {summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} "
           f"(95% interval {low:.0%}-{high:.0%}) -> {args.out}/summary.json")
-    return 0
 
 
 if __name__ == "__main__":

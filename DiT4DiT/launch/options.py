@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import UsageError
 from DiT4DiT.launch.npu_topology import SOCS
 
 PROG = "scripts/train_8p.sh"
@@ -38,12 +38,6 @@ PATH_OPTIONS = ("config_yaml", "launch_config", "base_model", "data_root_dir", "
 PATH_KEYS = {"datasets.vla_data.cache_dir", *(TRAINER_KEYS[o] for o in PATH_OPTIONS if o in TRAINER_KEYS)}
 RUN_ID = re.compile(r"^[A-Za-z0-9._+=@,-]+$")
 _MISSING = object()  # `--name` typed without a value
-
-
-class UsageError(DiT4DiTError):
-    """A bad command line: the message names the option and what it expects."""
-
-    exit_code = 2
 
 
 @dataclass

@@ -225,11 +225,8 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     too_old = host_kind.python_problem(facts.python_version)
     if too_old:
         raise UsageError(too_old)
-    try:
-        npu_topology.soc_override(opts.given("soc"))  # a bad DIT4DIT_SOC is refused on every host, not only an NPU one
-        host = facts.detect(opts.given("device"), opts.given("soc"))
-    except ValueError as err:  # a bad DIT4DIT_SOC
-        raise UsageError(str(err)) from None
+    npu_topology.soc_override(opts.given("soc"))  # a bad DIT4DIT_SOC is refused on every host, not only an NPU one
+    host = facts.detect(opts.given("device"), opts.given("soc"))
     if host.problem:
         problems.append(host.problem)
     shown: dict[str, tuple[str, str]] = {}

@@ -35,6 +35,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
@@ -305,4 +306,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

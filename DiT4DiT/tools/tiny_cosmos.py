@@ -22,6 +22,7 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 import torch
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
@@ -229,7 +230,7 @@ def write_folder_atomically(out: str | Path, overwrite: bool, write) -> Path:
     out = Path(out)
     check_out(out, folder=True)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
+        raise OutputError(f"{out} exists and is not empty; pass --overwrite to replace it")
     check_replaceable_folder(out, "model_index.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -262,15 +263,9 @@ def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False)
 
 
 def report_written(tool: str, write, message: str) -> int:
-    """A generator's exit status: 0 with `message` once `write()` returns the folder; 1 with one line on stderr
-    (2 for an output we must not replace: tools/outputs.py) when a file or a non-empty folder is in the way."""
-    try:
-        out = write()
-    except (FileExistsError, OutputError) as error:
-        print(f"{tool}: {error}", file=sys.stderr)
-        return getattr(error, "exit_code", 1)
-    print(message.format(out=out))
-    return 0
+    """A generator's exit status: 0 with `message` once `write()` returns the folder; one line on stderr and the
+    error's status (run_main) when something is in the way."""
+    return run_main(lambda: print(message.format(out=write())), tool)
 
 
 def main(argv: list[str] | None = None) -> int:
