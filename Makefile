@@ -10,7 +10,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast test-patched bench sim-env sim-system-packages libero-env test-libero
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast test-patched bench rehearsal sim-env sim-system-packages libero-env test-libero
 
 venv: $(VENV)/.installed
 
@@ -72,6 +72,11 @@ bench: tiny-assets
 	PYTHONPATH=. $(PY) bench/bench_data.py
 	PYTHONPATH=. $(PY) bench/bench_train.py
 	PYTHONPATH=. $(PY) bench/bench_serving.py
+
+# The real job at full size on this CPU (not CI): about 6 GB of random-weight snapshot, ~16 GiB of RAM, tens of
+# minutes. REHEARSAL_ARGS=--smoke checks the script in minutes on a test-size snapshot.
+rehearsal: | venv
+	PYTHONPATH=. $(PY) bench/full_size_rehearsal.py $(REHEARSAL_ARGS)
 
 # Meta-World's own environment (docs/closed-loop.md): the simulator and our client, no torch; its pins (mujoco 3.3,
 # numpy 2) never meet the training environment's. Headless rendering needs EGL or OSMesa from the system.

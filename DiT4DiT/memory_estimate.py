@@ -220,7 +220,8 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
         if zero_stage >= 3:
             gathered = 2 * min(ZERO3_MAX_LIVE_PARAMETERS, frozen + trainable)
             return (2 * frozen + 16 * trainable) / processes + gathered
-        return 2 * frozen + trainable * (4 + 12 / processes)
+        shards = processes if zero_stage else 1  # without DeepSpeed (stage 0) each process holds all of AdamW
+        return 2 * frozen + trainable * (4 + 12 / shards)
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
     data = cfg.datasets.vla_data

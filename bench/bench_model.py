@@ -42,7 +42,8 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules import cosmos_backbone  # noqa: E402
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, CosmosComponents  # noqa: E402
+from DiT4DiT import cosmos_2b  # noqa: E402
+from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
@@ -56,33 +57,18 @@ from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
 )
 
 FROZEN = "backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae"
-# Real snapshot: 512 tokens x (28 layers x 3584) features in bf16.
-REAL_EMBEDDING_BYTES = 512 * 28 * 3584 * 2
-
 FULL_SIZE_OVERRIDES = [
     "framework.cosmos25.base_model=random-full-size",
     "framework.cosmos25.torch_dtype=bfloat16",
     "framework.cosmos25.extract_layer=17",
     "framework.cosmos25.future_loss_type=flow_matching",
     "framework.cosmos25.conditional_frame_timestep=0.0001",
-    "framework.cosmos25.vl_hidden_dim=2048",
-    "framework.cosmos25.max_sequence_length=512",
+    f"framework.cosmos25.vl_hidden_dim={cosmos_2b.HIDDEN_SIZE}",
+    f"framework.cosmos25.max_sequence_length={cosmos_2b.MAX_SEQUENCE_LENGTH}",
     "datasets.vla_data.video_delta_indices=[0,1,2,3,4,5,6,7,8]",
     "datasets.vla_data.action_video_freq_ratio=2",
     "datasets.vla_data.image_size=224",
 ]
-
-# Cosmos-Reason1-7B's shape (Qwen2.5-VL-7B): 28 layers x 3584 text, 32-block vision tower.
-REASON_7B_TEXT = dict(
-    vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-    num_key_value_heads=4, max_position_embeddings=128000, rope_theta=1000000.0,
-    rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
-)
-REASON_7B_VISION = dict(
-    depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
-    fullatt_block_indexes=[7, 15, 23, 31],
-)
-
 
 def random_full_size_components(device: torch.device) -> CosmosComponents:
     from diffusers import AutoencoderKLWan, CosmosTransformer3DModel
@@ -93,10 +79,10 @@ def random_full_size_components(device: torch.device) -> CosmosComponents:
     try:
         with torch.device(device):
             text_encoder = Qwen2_5_VLForConditionalGeneration(
-                Qwen2_5_VLConfig(text_config=REASON_7B_TEXT, vision_config=REASON_7B_VISION)
+                Qwen2_5_VLConfig(text_config=cosmos_2b.TEXT_CONFIG, vision_config=cosmos_2b.VISION_CONFIG)
             ).eval()
-            transformer = CosmosTransformer3DModel(**COSMOS_2B_TRANSFORMER_CONFIG)
-            vae = AutoencoderKLWan().eval()  # the class defaults are the Wan2.1 VAE
+            transformer = CosmosTransformer3DModel(**cosmos_2b.TRANSFORMER_CONFIG)
+            vae = AutoencoderKLWan(**cosmos_2b.VAE_CONFIG).eval()
     finally:
         torch.set_default_dtype(default_dtype)
     # Any token ids below the vocabulary size do for the tokenizer.
@@ -250,7 +236,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         store = [f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}"]
         if args.full_size:
-            shape = PipelineShape(hidden_size=2048, num_blocks=28, temporal_factor=4)
+            shape = PipelineShape(hidden_size=cosmos_2b.HIDDEN_SIZE, num_blocks=cosmos_2b.TRANSFORMER_CONFIG["num_layers"],
+                                  temporal_factor=4)
             stack.enter_context(substituted_backbone(shape, random_full_size_components(device)))
             cfg = load_config(None, FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={FROZEN}"] + store)
         elif args.deep:
@@ -289,7 +276,8 @@ def main() -> None:
     print(f"  feature pass alone: {features[False] * 1e3:.1f} ms full, {features[True] * 1e3:.1f} ms early exit, "
           f"ratio {features[False] / features[True]:.2f}x")
     print(f"  one stored embedding: {result['embedding_bytes'] / 2**10:.1f} KiB here; real snapshot: "
-          f"{REAL_EMBEDDING_BYTES / 2**20:.0f} MiB (512 tokens x 28 layers x 3584, bf16, memory-mapped from the store)")
+          f"{cosmos_2b.prompt_embedding_bytes() / 2**20:.0f} MiB ({cosmos_2b.MAX_SEQUENCE_LENGTH} tokens x "
+          f"{cosmos_2b.TEXT_LAYERS} layers x {cosmos_2b.TEXT_HIDDEN}, bf16, memory-mapped from the store)")
 
 
 if __name__ == "__main__":

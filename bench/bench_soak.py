@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from bench_serving import request_for, start_server  # noqa: E402
+from bench_serving import Server, request_for  # noqa: E402
 
 from DiT4DiT.serving.client import PolicyClient  # noqa: E402
 
@@ -123,10 +122,11 @@ def soak_training(workdir: Path, steps: int, pipeline: Path | None, data: Path |
 
 
 def soak_serving(ckpt: Path, requests: int) -> dict:
-    process, port = start_server(ckpt, "cpu")
+    server = Server(ckpt, "cpu")
+    process = server.process
     try:
-        client = PolicyClient("127.0.0.1", port, wait_s=60)
-        example = request_for(client.metadata)
+        client = PolicyClient("127.0.0.1", server.port, wait_s=60)
+        example = request_for(client.metadata, seed=0)
         samples, began = [], time.perf_counter()
         every = max(1, min(SAMPLE_EVERY_REQUESTS, requests // 10))
         for done in range(1, requests + 1):
@@ -136,8 +136,7 @@ def soak_serving(ckpt: Path, requests: int) -> dict:
         fds = open_fds(process.pid)
         client.close()
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        server.stop()
     return {"requests": requests, "seconds": time.perf_counter() - began, "rss_first_mib": samples[0][1],
             "rss_last_mib": samples[-1][1], "rss_slope_mib_per_1000": slope_per_thousand(samples), "open_fds_end": fds}
 

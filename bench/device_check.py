@@ -15,6 +15,9 @@ was measured; a failed section is recorded with its error and the next one runs)
   steps         forward + backward + AdamW under bf16 autocast at batch 1, 2, 4: median step time, MFU, peak memory
   repeat        diffusers' repeat_interleave(1, dim=3) of K/V on a tensor over 2**22 elements, forward + backward,
                 against our processor's path (no repeat): same gradient, both timed
+  plan          the memory plan's estimate per batch next to the steps' measured peaks, and its verdict for the
+                device's free memory (full size: the real sizes from a shapes-only snapshot, DiT4DiT/cosmos_2b.py)
+  checkpointing batch 4 with the Cosmos transformer's blocks checkpointed and without: step time, peak memory
   deterministic the steps at batch 1 with torch.use_deterministic_algorithms on and off: the cost of
                 trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this one-device time)
   patcher       the steps at batch 1 with DIT4DIT_MX_PATCHER=off, then inside the mx_driving patcher as the
@@ -64,7 +67,7 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import DETERMINISTIC_ENV, latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG  # noqa: E402
+from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
@@ -81,8 +84,9 @@ PEAK_TFLOPS = (
 )
 TOTAL_BUDGET_S = 480
 # Every section's limit; together they fit the total (tests/test_device_check.py checks the sum).
-SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 35, "store": 50, "steps": 90, "deterministic": 40,
-                   "patcher": 25, "repeat": 15, "rope": 25, "checksum": 20, "zero2": 65}
+SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 25, "store": 40, "steps": 75, "plan": 20,
+                   "checkpointing": 40, "deterministic": 30, "patcher": 20, "repeat": 15, "rope": 20, "checksum": 15,
+                   "zero2": 65}
 ROPE_SHAPE = {"full": (4, 16, 1176, 128), "tiny": (2, 4, 64, 32)}  # (batch, heads, tokens, head_dim)
 CHECKSUM_REPEATS = 20
 ZERO2_STEPS = 10
@@ -153,7 +157,8 @@ def environment(device: torch.device) -> dict:
 def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict:
     store = [f"framework.cosmos25.prompt_store_dir={tmp / 'prompt_store'}", "framework.cosmos25.prompt_cache=true"]
     if full_size:
-        shape = PipelineShape(hidden_size=2048, num_blocks=COSMOS_2B_TRANSFORMER_CONFIG["num_layers"], temporal_factor=4)
+        shape = PipelineShape(hidden_size=cosmos_2b.HIDDEN_SIZE, num_blocks=cosmos_2b.TRANSFORMER_CONFIG["num_layers"],
+                              temporal_factor=4)
         with bench_model.substituted_backbone(shape, bench_model.random_full_size_components(device)):
             cfg = load_config(None, bench_model.FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={bench_model.FROZEN}"]
                               + store)
@@ -282,6 +287,53 @@ def steps(state: dict, device: torch.device, peak: float | None, count: int) -> 
                        "peak_mib": round(bench_model.peak_memory_mib(device))}
         rows["steps_measured"] = count
         state["steps"] = rows  # kept even if a larger batch fails (out of memory)
+    return rows
+
+
+def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
+    """The memory plan's prediction for this run next to the peaks the steps section measured: the estimate per
+    batch (one process, no DeepSpeed: the step here is plain AdamW), and whether the plan says it fits this
+    device's free memory. The full-size model's sizes come from a shapes-only snapshot of the real one."""
+    from DiT4DiT.doctor import memory_plan
+    from DiT4DiT.memory_estimate import estimate_training_memory
+    from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+
+    base = write_shapes_only(tmp / "shapes") if full_size else tmp / "tiny"
+    cfg, views, rows = state["cfg"], state["views"], {}
+    kind = "cpu" if device.type == "cpu" else ("cuda" if device.type == "cuda" else "npu")
+    for batch in BATCHES:
+        batch_cfg = memory_plan.with_keys(cfg, datasets__vla_data__per_device_batch_size=batch)
+        est = estimate_training_memory(base, batch_cfg, 1, views, zero_stage=0, device_kind=kind)
+        measured = (state.get("steps", {}).get(batch) or {}).get("peak_mib")
+        rows[batch] = {"estimate_mib": round(est.total_gib * 1024), "measured_peak_mib": measured,
+                       "measured_over_estimate": round(measured / (est.total_gib * 1024), 3) if measured else None}
+    if device.type != "cpu":
+        free_gib = getattr(torch, device.type).mem_get_info(device)[0] / 2**30
+        result = memory_plan.plan(base, cfg, memory_plan.Run(1, zero_stage=0), views, free_gib, kind)
+        rows["plan_for_config"] = result.lines()
+    return rows
+
+
+def checkpointing(state: dict, device: torch.device, count: int, batch: int = 4) -> dict:
+    """Step time and peak memory at batch 4 with the Cosmos transformer's blocks checkpointed (diffusers' switch on
+    the transformer, which the video pass runs) and without."""
+    model = state["model"]
+    transformer = model.backbone_interface.extractor.transformer
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    examples = make_examples(state["cfg"], batch=batch, views=state["views"])
+    rows = {}
+    try:
+        for name, on in (("off", False), ("on", True)):
+            transformer.enable_gradient_checkpointing() if on else transformer.disable_gradient_checkpointing()
+            if device.type != "cpu":
+                getattr(torch, device.type).reset_peak_memory_stats(device)
+            train_step(state, examples, optimizer, device)  # warm-up
+            median = statistics.median(train_step(state, examples, optimizer, device) for _ in range(count))
+            rows[name] = {"step_ms": round(median * 1e3, 2), "peak_mib": round(bench_model.peak_memory_mib(device))}
+    finally:
+        transformer.disable_gradient_checkpointing()
+    rows["time_on_over_off"] = round(rows["on"]["step_ms"] / rows["off"]["step_ms"], 3)
+    rows["peak_on_over_off"] = round(rows["on"]["peak_mib"] / rows["off"]["peak_mib"], 3)
     return rows
 
 
@@ -579,6 +631,18 @@ def print_table(data: dict) -> None:
     if st.get("status") == "ok":
         print(f"  store off / on: {st['store_off_over_on']}x; full feature pass / early exit: "
               f"{st['full_feature_pass_over_early_exit']}x; medians (ms) {st['median_ms']}")
+    pl = sections.get("plan", {})
+    if pl.get("status") == "ok":
+        print("  memory estimate vs measured peak (MiB): " + ", ".join(
+            f"batch {b}: {row['estimate_mib']} vs {row['measured_peak_mib']}" for b, row in pl.items()
+            if isinstance(row, dict)))
+        for line in pl.get("plan_for_config", []):
+            print(f"  plan: {line}")
+    ck = sections.get("checkpointing", {})
+    if ck.get("status") == "ok":
+        print(f"  checkpointing at batch 4: step {ck['off']['step_ms']} -> {ck['on']['step_ms']} ms "
+              f"({ck['time_on_over_off']}x), peak {ck['off']['peak_mib']} -> {ck['on']['peak_mib']} MiB "
+              f"({ck['peak_on_over_off']}x)")
     rep = sections.get("repeat", {})
     if rep.get("status") == "ok":
         print(f"  repeat_interleave on {rep['elements']} elements: {rep['with_repeat_ms']} ms with, "
@@ -624,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
             report.run("flops", limits["flops"], flops, state, device)
             report.run("store", limits["store"], store, state, device, 4 if args.full_size else 2)
             report.run("steps", limits["steps"], steps, state, device, peak, 5 if args.full_size else 2)
+            report.run("plan", limits["plan"], plan, state, device, Path(tmp), args.full_size)
+            report.run("checkpointing", limits["checkpointing"], checkpointing, state, device,
+                       3 if args.full_size else 2)
             report.run("deterministic", limits["deterministic"], deterministic, state, device,
                        5 if args.full_size else 2)
             report.run("patcher", limits["patcher"], patcher, state, device, 3 if args.full_size else 2)

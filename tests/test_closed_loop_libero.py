@@ -92,6 +92,8 @@ def test_an_unknown_suite_a_missing_server_and_a_missing_simulator_are_one_line_
     assert down.returncode == 1 and len(error_lines(down)) == 1
     assert f"no policy server at ws://127.0.0.1:{port}" in error_lines(down)[0]
     assert down.stderr.strip().splitlines()[-1] == error_lines(down)[0]
+    seed = libero("--seed=-1", "--out", str(tmp_path))
+    assert seed.returncode == 2 and error_lines(seed) == ["error: --seed -1: give an integer in 0..4294967295"]
     missing = libero("--port", str(port), "--out", str(tmp_path), python=Path(sys.executable))  # no LIBERO there
     assert missing.returncode == 1 and "make libero-env" in error_lines(missing)[0]
     assert not list(tmp_path.iterdir())  # nothing written by any of them
@@ -146,7 +148,7 @@ def test_one_episode_through_our_adapter_writes_the_originals_layout_and_our_sum
 def test_two_environment_processes_merge_into_the_serial_layout(server, tmp_path):
     """--num_envs 2 on 2 trials of a task: one trial per process, each process resetting its env as often as a serial
     run would have before its first trial; the merged log, result file and videos are the serial run's layout,
-    and the episodes (outcome, length) are the serial run's."""
+    and the episodes (outcome, length, frames) are the serial run's."""
     port, _ = server
     runs = {}
     for n in ("1", "2"):
@@ -157,14 +159,15 @@ def test_two_environment_processes_merge_into_the_serial_layout(server, tmp_path
         assert result.returncode == 0, result.stderr[-3000:]
         summary = json.loads((out / "summary.json").read_text())
         assert summary["num_envs"] == int(n) and summary["retried_episodes"] == [] and summary["episodes"] == 2
-        runs[n] = summary["outcomes"], summary["episode_lengths"]
+        runs[n] = summary["outcomes"], summary["episode_lengths"], (out / "frames.png").read_bytes()
         log = (out / f"eval_libero_{SUITE}.log").read_text()
         assert log.count(f"Task: {TASK_LANGUAGE}\n") == 1 and f"Total episodes: 2\n" in log
         videos = sorted(p.name.split("_episode")[1] for p in out.glob("rollout_*.mp4"))
         assert [name.split("_")[0] for name in videos] == ["0", "1"]  # one per trial, whichever process ran it
-    # A 1-step model does not finish the task in 16 steps: this checks the merge into the table, per episode; that
-    # a process's episodes equal the serial run's is what the Meta-World expert test checks (seeded configurations).
-    assert runs["1"] == runs["2"] == ([False, False], [STEPS, STEPS])
+    # A 1-step model does not finish the task in 16 steps, so the frames of both trials are what shows that each
+    # trial started where the serial run starts it and drew the same noise (its requests are seeded by trial).
+    assert runs["1"][:2] == ([False, False], [STEPS, STEPS])
+    assert runs["2"] == runs["1"]
 
 
 # The original eval_libero.py's loop for one episode, capped at STEPS policy steps, through its own ModelClient,

@@ -244,26 +244,35 @@ def test_an_unknown_task_and_a_missing_server_are_one_line_errors(sim_env, tmp_p
     assert not (tmp_path / "summary.json").exists()
 
 
-@pytest.mark.slow
-def test_demos_train_serve_and_run_closed_loop_episodes(demos, tiny_pipeline_dir, tmp_path):
-    """The whole chain: the launcher trains 2 steps on the demos, the server serves them, the adapter runs 2 episodes."""
-    from DiT4DiT.evaluation.observations import StateEncoder
-    from DiT4DiT.serving.client import PolicyClient
-
-    runs = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def demo_ckpt(demos, tiny_pipeline_dir, tmp_path_factory) -> Path:
+    """steps_2_pytorch_model.pt of a 2-step launcher run on the demos."""
+    runs = tmp_path_factory.mktemp("metaworld_runs")
     train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
                             f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
                             "--run_id=mw", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
                             "--datasets.vla_data.holdout_episodes=0",  # no held-out pass: the closed loop tests
-                            f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--datasets.vla_data.num_workers=0",
+                            f"--datasets.vla_data.cache_dir={runs / 'cache'}", "--datasets.vla_data.num_workers=0",
                             "--trackers=[jsonl]", *MODEL], cwd=ROOT, env=env(), capture_output=True, text=True,
                            timeout=900)
     assert train.returncode == 0, train.stderr[-3000:]
-    ckpt = runs / "mw" / "checkpoints" / "steps_2_pytorch_model.pt"
+    return runs / "mw" / "checkpoints" / "steps_2_pytorch_model.pt"
+
+
+def serve(ckpt: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", "--ckpt", str(ckpt), "--host",
+                             "127.0.0.1", "--port", str(port), "--device", "cpu"], cwd=ROOT, env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_demos_train_serve_and_run_closed_loop_episodes(demo_ckpt, tmp_path):
+    """The whole chain: the launcher trains 2 steps on the demos, the server serves them, the adapter runs 2 episodes."""
+    from DiT4DiT.evaluation.observations import StateEncoder
+    from DiT4DiT.serving.client import PolicyClient
+
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", "--ckpt", str(ckpt), "--host",
-                               "127.0.0.1", "--port", str(port), "--device", "cpu"], cwd=ROOT, env=env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = serve(demo_ckpt, port)
     try:
         out = tmp_path / "eval"
         result = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "300", "--task", TASK,
@@ -322,6 +331,33 @@ def test_two_environment_processes_give_the_serial_per_episode_results(sim_env, 
     again = metaworld(*PARALLEL_RUN, "--policy", policy, "--out", str(tmp_path / "again"))
     assert again.returncode == 0, again.stderr[-3000:]
     assert per_episode(tmp_path / "again") == runs["1"]  # a seed names its configuration, run after run
+
+
+@pytest.mark.slow
+def test_a_served_policy_gives_the_serial_per_episode_results_in_two_processes(demo_ckpt, tmp_path):
+    # Each request's noise seed comes from its episode's seed and step, so the batching server draws the same noise
+    # for it whichever requests arrive with it. The frames of every episode show where the served actions moved the
+    # hand; an untrained policy rarely succeeds, so the frames are what tells two runs apart.
+    port = free_port()
+    server = serve(demo_ckpt, port)
+    runs = {}
+    try:
+        for n in ("1", "2", "1"):
+            out = tmp_path / f"{n}-{len(runs)}"
+            result = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "300", "--task", TASK,
+                               "--episodes", "4", "--max_steps", "12", "--image_size", SIZE, "--hand_start", "0.1",
+                               "--videos", "4", "--num_envs", n, "--out", str(out))
+            assert result.returncode == 0, result.stderr[-3000:]
+            summary = json.loads((out / "summary.json").read_text())
+            assert summary["num_envs"] == int(n) and summary["retried_episodes"] == []
+            assert summary["latency"]["requests"] == sum(-(-steps // CHUNK) for steps in summary["episode_lengths"])
+            runs[out.name] = per_episode(out)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    serial, parallel, again = runs.values()
+    assert parallel == serial  # outcomes, lengths and every episode's frames
+    assert again == serial
 
 
 @pytest.mark.slow

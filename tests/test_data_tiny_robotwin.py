@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from DiT4DiT.tools.outputs import OutputError
 from DiT4DiT.tools.tiny_robotwin import generate
 from helpers.in_process import call_main
 
@@ -49,7 +50,7 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
 
 def test_existing_folder_needs_overwrite(tmp_path):
     generate(tmp_path, tasks=["turn_switch"], episodes=1, frames=(4, 4))
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(OutputError, match="--overwrite"):
         generate(tmp_path, tasks=["turn_switch"], episodes=1, frames=(4, 4))
     generate(tmp_path, tasks=["turn_switch"], episodes=1, frames=(5, 5), overwrite=True)
     assert json.loads((tmp_path / "turn_switch/meta/info.json").read_text())["total_frames"] == 5

@@ -38,8 +38,9 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sections = json.loads(out.read_text())["sections"]
     assert {name: s["status"] for name, s in sections.items()} == {name: "ok" for name in (
-        "environment", "build", "flops", "store", "steps", "deterministic", "patcher", "repeat", "rope", "checksum",
-        "zero2")}
+        "environment", "build", "flops", "store", "steps", "plan", "checkpointing", "deterministic", "patcher",
+        "repeat", "rope", "checksum", "zero2")}
+    assert sections["plan"]["4"]["estimate_mib"] > 0 and sections["checkpointing"]["on"]["step_ms"] > 0
     assert sections["zero2"]["skipped"] == "1 device(s): the overlap_comm comparison needs 2"
     # the ranks would start in the launcher's environment for this host (CPU: its defaults)
     assert sections["zero2"]["environment"]["WANDB_MODE"] == "offline"

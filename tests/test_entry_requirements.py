@@ -18,6 +18,8 @@ ENTRIES = [  # (command after the interpreter, what the line starts with, a pack
     (["-m", "DiT4DiT.tools.tiny_cosmos"], "python -m DiT4DiT.tools.tiny_cosmos:", "torch"),
     (["-m", "DiT4DiT.tools.tiny_dataset", "--data_mix", "robotwin", "--out", "x"], "python -m DiT4DiT.tools.tiny_dataset:", "pandas"),
     (["-m", "DiT4DiT.tools.tiny_robotwin"], "python -m DiT4DiT.tools.tiny_robotwin:", "numpy"),
+    # what `accelerate launch` runs; no PYTHONPATH here, so the script finds its own checkout's package
+    (["DiT4DiT/training/train.py", "--config_yaml", "x.yaml"], "DiT4DiT/training/train.py:", "torch"),
 ]
 
 

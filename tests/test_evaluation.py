@@ -12,6 +12,7 @@ import pytest
 from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler
 from DiT4DiT.evaluation.libero import LiberoPolicy, quaternion_to_axis_angle, run_libero_task
 from DiT4DiT.evaluation.robocasa import RobocasaPolicy, run_robocasa
+from DiT4DiT.evaluation.server_policy import request_seed
 from DiT4DiT.evaluation.summary import main as summary_main
 from DiT4DiT.evaluation.summary import summarize, write_task_result
 from DiT4DiT.serving.client import PolicyClient
@@ -42,6 +43,16 @@ def test_open_loop_writes_its_summary_and_plots_on_the_tiny_run(tiny_ckpt, tiny_
     for episode in summary["episodes"]:
         assert (out / episode["plot"]).read_bytes()[:8] == PNG
     assert (out / "per_joint_error.png").read_bytes()[:8] == PNG
+
+
+def test_open_loop_on_an_empty_eval_split_names_the_key(tmp_path):
+    from types import SimpleNamespace
+
+    from DiT4DiT.config.errors import ConfigError
+    from DiT4DiT.evaluation.open_loop import evaluate
+
+    with pytest.raises(ConfigError, match=r"eval split is empty; .*datasets\.vla_data\.holdout_episodes > 0"):
+        evaluate(None, SimpleNamespace(parts=[], frame_decoder=None), 4, tmp_path / "out")
 
 
 def test_open_loop_names_an_unknown_mixture(tiny_ckpt, tiny_robotwin_root, tmp_path, capsys):
@@ -148,7 +159,7 @@ def test_libero_adapter_executes_each_chunk_in_order(recording_client):
     client = recording_client()
     env = FakeLiberoEnv(succeed_at=[None, 11])
     outcomes = run_libero_task(LiberoPolicy(client), env, "place the bottle", init_states=[0, 1], trials=range(2),
-                               max_steps=20, num_steps_wait=3)
+                               max_steps=20, num_steps_wait=3, task_key=(7, 3))
     assert outcomes == [False, True]
     # Trial 0: 3 waiting steps, then 20 policy steps = chunks at steps 0, 8, 16; trial 1 stops after 8 policy steps.
     assert len(client.replies) == 4
@@ -167,6 +178,24 @@ def test_libero_adapter_executes_each_chunk_in_order(recording_client):
     raw_state = np.array([0.1, 0.2, 0.3, 0, 0, 0, *[0.5] * 8])
     expected = normalized_by_hand(raw_state, client.metadata["statistics"]["state"])
     np.testing.assert_allclose(request["state"][0], expected, rtol=1e-5, atol=1e-6)
+    # Each request's noise seed is made from (run seed, task id, trial) and the policy step that asks for the chunk.
+    seeds = [examples[0]["seed"] for examples in client.requests]
+    assert seeds == [request_seed((7, 3, 0), 0), request_seed((7, 3, 0), 8), request_seed((7, 3, 0), 16),
+                     request_seed((7, 3, 1), 0)]
+    assert len(set(seeds)) == 4 and all(0 <= seed < 2**63 for seed in seeds)
+
+
+def test_a_libero_trial_gets_the_same_actions_whatever_ran_before_it(recording_client):
+    """Trial 1 alone (as a second environment process would run it) executes what it did after trial 0."""
+    runs = []
+    for trials in (range(2), [1]):
+        env = FakeLiberoEnv(succeed_at=[None, None])
+        run_libero_task(LiberoPolicy(recording_client()), env, "place the bottle", init_states=[0, 1], trials=trials,
+                        max_steps=10, num_steps_wait=0, task_key=(7, 0))
+        runs.append(env.actions)
+    serial, alone = runs
+    assert alone[0] == serial[1]
+    assert serial[0] != serial[1]  # another trial's seeds give other actions: the equality above is not a constant
 
 
 def test_quaternion_to_axis_angle_by_hand():

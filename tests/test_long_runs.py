@@ -6,6 +6,7 @@ exit codes are checked by running its entry point directly (accelerate launch re
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from DiT4DiT.dataloader.errors import DataError
+from helpers.bad_inputs import error_lines
 from helpers.cli_runs import descendants, kill_tree
 from helpers.fixtures_data import snapshot
 from helpers.training_runs import RESUME_RUN, ROOT, environment, metrics, train, train_in_process, trainer_command
@@ -209,6 +211,100 @@ def test_resume_without_config_yaml_says_how_to_restore_it(six_steps, tiny_pipel
     resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "no_config", *COMMON,
                                "--trainer.is_resume=true", "--trainer.max_train_steps=7")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def _in_every_state(name: str, data: bytes):
+    return lambda run: [(state / name).write_bytes(data) for state in run.glob("checkpoints/steps_*_training_state")]
+
+
+def _run_file(name: str, data: bytes):
+    return lambda run: (run / name).write_bytes(data)
+
+
+def _first_line(name: str, line: bytes):
+    return lambda run: (run / name).write_bytes(line + (run / name).read_bytes())
+
+
+RESTORE = "Restore it: cp "
+# (damage to a finished run's folder, the words of its one error line): each was a traceback on resume before.
+BROKEN_RUN_FILES = {
+    "config.yaml not YAML": (_run_file("config.yaml", b"seed: [\n"), ("config.yaml, line 2", "not valid YAML", RESTORE)),
+    "config.yaml a list": (_run_file("config.yaml", b"- seed\n"), ("config.yaml: the file is a list", RESTORE)),
+    "config.yaml binary": (_run_file("config.yaml", bytes(range(256))), ("config.yaml: a binary file", RESTORE)),
+    "config.yaml with a tag": (_run_file("config.yaml", b"seed: !!python/object/apply:os.system [true]\n"),
+                               ("config.yaml", "not valid YAML", RESTORE)),
+    "trainer_state.json truncated": (_in_every_state("trainer_state.json", b'{"step": 6, "mani'),
+                                     ("no complete, verified training state", "trainer_state.json: no readable manifest")),
+    "trainer_state.json a list": (_in_every_state("trainer_state.json", b"[6, 4]"),
+                                  ("no complete, verified training state", "trainer_state.json: no readable manifest")),
+    "metrics.jsonl a list": (_first_line("metrics.jsonl", b"[1, 2]\n"), ("metrics.jsonl, line 1: a JSON list",)),
+    "metrics.jsonl binary": (_run_file("metrics.jsonl", bytes(range(256))), ("metrics.jsonl: not UTF-8 text",)),
+    "dataset_statistics.json truncated": (_run_file("dataset_statistics.json", b'{"robotwin": {"act'),
+                                          ("dataset_statistics.json: not readable as the run's statistics",)),
+    "dataset_statistics.json a list": (_run_file("dataset_statistics.json", b"[]"),
+                                       ("dataset_statistics.json: holds a list, not the run's statistics",)),
+    "dataset_statistics.json binary": (_run_file("dataset_statistics.json", bytes(range(256))),
+                                       ("dataset_statistics.json: not readable as the run's statistics",)),
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN_RUN_FILES)
+def test_a_broken_run_file_on_resume_is_one_line_and_nothing_is_written(six_steps, tiny_pipeline_dir,
+                                                                         tiny_robotwin_root, tmp_path, kind):
+    damage, words = BROKEN_RUN_FILES[kind]
+    run = copy_run(six_steps, tmp_path, "broken")
+    damage(run)
+    before = snapshot(run)
+    refused = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "broken", *COMMON,
+                               "--trainer.is_resume=true", "--trainer.max_train_steps=7")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    lines = error_lines(refused.stderr)
+    assert len(lines) == 1, lines
+    assert not [word for word in words if word not in lines[0]], lines[0]
+    assert snapshot(run) == before
+
+
+def test_a_full_disk_at_the_loss_plot_keeps_the_final_model(six_steps, tiny_pipeline_dir, tiny_robotwin_root,
+                                                           tmp_path):
+    """/dev/full answers every write with ENOSPC, as a full disk does: the plot, written last, is a warning."""
+    run = copy_run(six_steps, tmp_path, "full")
+    (run / "loss_curve.png").unlink(missing_ok=True)
+    os.symlink("/dev/full", run / "loss_curve.png")
+    resumed = train_in_process(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "full", *COMMON,
+                               "--trainer.is_resume=true", "--trainer.max_train_steps=7")
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
+    assert "loss_curve.png not written (No space left on device)" in resumed.stderr
+    saved = torch.load(run / "checkpoints/steps_7_pytorch_model.pt", weights_only=True)
+    assert_same_weights(final_weights(run), saved)  # the final model is step 7's
+
+
+def test_a_run_folder_deleted_mid_run_is_one_line(tiny_pipeline_dir, tiny_robotwin_root, tmp_path):
+    command = trainer_command(tiny_pipeline_dir, tiny_robotwin_root, tmp_path, "gone", "--trainer.max_train_steps=400",
+                              "--trainer.save_interval=1000", "--trainer.logging_frequency=1")
+    command = [sys.executable, "DiT4DiT/training/train.py", *command[command.index("--config_yaml"):]]
+    process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    wait_for_step(tmp_path / "gone", 2, process)
+    os.rename(tmp_path / "gone", tmp_path / "deleted")  # gone from its path at once, as rm -rf leaves it
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    # diffusers' own warning on loading the tiny pipeline's stand-in safety checker is not the run's error
+    lines = [line for line in error_lines(stderr) if not line.startswith("Expected types for safety_checker")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"RunDirLostError: {tmp_path}/gone/") and "No such file or directory" in lines[0], lines[0]
+    assert "--trainer.is_resume true" in lines[0]
+
+
+def test_a_write_refused_in_the_run_folder_is_one_line(tmp_path):
+    from DiT4DiT.training.run_dir import RunDirLostError, writes_lost_as_one_line
+
+    for code in (errno.EROFS, errno.EACCES):  # a read-only remount, permissions taken (chmod holds no root back)
+        with pytest.raises(RunDirLostError, match=r"checkpoints/x\.pt: .*: the run folder .* was deleted, made read-only"):
+            with writes_lost_as_one_line(tmp_path):
+                raise OSError(code, os.strerror(code), str(tmp_path / "checkpoints/x.pt"))
+    with pytest.raises(PermissionError):  # elsewhere: not the run folder's doing, so left as it was
+        with writes_lost_as_one_line(tmp_path / "run"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "data/x.mp4"))
 
 
 def test_weights_only_resume_of_an_original_style_run(six_steps, tiny_pipeline_dir, tiny_robotwin_root, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.memory_estimate import (GIB, MEASURED, NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN,
                                             cosmos_block_saved_bytes, estimate_training_memory)
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.tools.measure_activation_memory import cosmos_saved_bytes, cosmos_transformer
 
 ROOT = Path(__file__).resolve().parents[1]

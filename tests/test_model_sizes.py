@@ -11,7 +11,7 @@ import torch
 
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 
 
 def linear(fan_in: int, fan_out: int, bias: bool = True) -> int:

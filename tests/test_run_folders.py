@@ -40,6 +40,7 @@ NULL_MEANS_THE_SAME = {
     "framework.cosmos25.flow_matching.high_sigma_ratio", "framework.cosmos25.flow_matching.high_sigma_min",
     "framework.action_model.diffusion_model_cfg.positional_embeddings", "trainer.pretrained_checkpoint",
     "trainer.reload_modules", "trainer.freeze_modules",
+    "trainer.closed_loop_eval.python",  # ours alone (the default: this checkout's .venv-metaworld); the original reads no closed_loop_eval
 }
 # The tiny model, at the widths the data configs need (padded to these).
 TINY_MODEL = [

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from DiT4DiT.evaluation import open_loop
 from DiT4DiT.tools import export_checkpoint, modality, tiny_cosmos, tiny_dataset, tiny_robotwin
 
 
@@ -123,6 +124,13 @@ ROWS = [
         ("file is a regular file", "must be a folder")),
     Out("tiny_robotwin into a run folder", tiny_robotwin.main, ("--out", "{out}"), run_dir,
         ("lies inside the training run folder",)),
+    # --cache_dir is checked before the checkpoint is read (none is at --ckpt): the cache is written into
+    *(Out(f"open_loop cache_dir {name}", open_loop.main, ("--ckpt", "{tmp}/run.pt", "--data_mix", "{tmp}/dataset",
+          "--out", "{tmp}/eval", "--device", "cpu", "--cache_dir", "{out}"), target, ("error: --cache_dir", *words))
+      for name, target, words in (("a file", regular_file, ("file is a regular file", "must be a folder")),
+                                  ("a device node", device, ("null is a character device",)),
+                                  ("in the dataset", in_dataset_folder, ("lies inside the LeRobot dataset",)),
+                                  ("in a run folder", run_dir, ("lies inside the training run folder",)))),
 ]
 
 

@@ -27,12 +27,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
-from DiT4DiT.doctor import npu_network
+from DiT4DiT.doctor import memory_plan, npu_network
 from DiT4DiT.launch import host_kind, npu_topology, preflight
 from DiT4DiT.host_memory import HostNeed
-from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views
+from DiT4DiT.memory_estimate import mixture_views
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 TORCH_VERSION = "2.7.1"
@@ -95,9 +95,11 @@ class Check:
     status: str  # PASS, WARN, FAIL or SKIP
     detail: str
     fix: str = ""
+    more: tuple[str, ...] = ()  # lines printed under the check's own (the memory plan's candidates)
 
     def line(self) -> str:
-        return f"{self.status:<4}  {self.name:<15} {self.detail}" + (f"  -> fix: {self.fix}" if self.fix else "")
+        return (f"{self.status:<4}  {self.name:<15} {self.detail}" + (f"  -> fix: {self.fix}" if self.fix else "")
+                + "".join(f"\n{'':22}{more}" for more in self.more))
 
 
 def installed_version(dist: str) -> str | None:
@@ -426,21 +428,31 @@ class Doctor:
         if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
         views = mixture_views(self.cfg.datasets.vla_data.data_mix, self.cfg.datasets.vla_data.data_config)
-        est = estimate_training_memory(self.base_model, self.cfg, self.world_size, views)
-        if est is None:
+        kind = "npu" if self.topo or not host_kind.nvidia_present() else "cuda"
+        free_gib = self.args.device_memory_gib
+        if free_gib is None:
+            free_gib = memory_plan.device_free_gib(kind, self.topo)
+        zero_stage = memory_plan.launch_zero_stage(self.args.launch_config, memory_plan.REPO)
+        run = memory_plan.Run(self.num_processes, self.num_machines, zero_stage)
+        try:
+            result = memory_plan.plan(self.base_model, self.cfg, run, views, free_gib or 0.0, kind)
+        except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
+            return Check(name, "WARN", f"no estimate: {type(err).__name__}: {err} in {self.base_model}'s configs",
+                         "check transformer/config.json against the snapshot's")
+        if result is None:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
+        est = result.current
         need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "
-                f"{est.activation_gib:.1f} at batch {self.cfg.datasets.vla_data.per_device_batch_size})")
-        free = [c.hbm_free_mb for c in self.topo.visible if c.hbm_free_mb is not None] if self.topo else []
-        if not free:
-            return Check(name, "SKIP", need + "; no device memory to compare with")
-        free_gib = min(free) / 1024
-        smaller = "lower datasets.vla_data.per_device_batch_size or free the devices (`npu-smi info` lists their processes)"
-        if est.static_gib > free_gib:
-            return Check(name, "FAIL", f"{need} > {free_gib:.1f} GiB free", "use more processes (ZeRO-2 shares optimizer state) or free the devices")
-        if est.total_gib > free_gib:
-            return Check(name, "WARN", f"{need} > {free_gib:.1f} GiB free", smaller)
-        return Check(name, "PASS", f"{need} <= {free_gib:.1f} GiB free")
+                f"{est.activation_gib:.1f} at batch {self.cfg.datasets.vla_data.per_device_batch_size}, ZeRO-{zero_stage}, "
+                f"{run.processes} process(es))")
+        if free_gib is None:
+            return Check(name, "SKIP", need + "; no device memory to compare with (pass --device_memory_gib GIB)")
+        lines = result.lines()
+        if result.fits:
+            return Check(name, "PASS", lines[0])
+        best = result.best  # the last line names it; the fix gives its flags
+        return Check(name, "FAIL", lines[0], f"{best.change}: {' '.join(best.flags)}" if best else lines[-1],
+                     more=tuple(lines[1:-1]))
 
     def check_prompt_store(self) -> Check:
         name = "prompt_store"
@@ -501,15 +513,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base_model", help="Cosmos-Predict2.5 snapshot folder (default: the config's)")
     parser.add_argument("--config_yaml", help=f"training config (default: {NPU_DEFAULTS[0]}, CPU host: {CPU_DEFAULTS[0]})")
     parser.add_argument("--soc", choices=npu_topology.SOCS, help=f"override A2/A3 detection (also {npu_topology.SOC_ENV})")
+    parser.add_argument("--device_memory_gib", type=float,
+                        help="free memory per device to plan for (default: npu-smi's free HBM, or nvidia-smi's)")
+    parser.add_argument("--launch_config", default=memory_plan.ZERO2_LAUNCH_CONFIG,
+                        help="accelerate config the run will use, for its ZeRO stage (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.num_processes is not None and args.num_processes < 1:
         parser.error("--num_processes must be at least 1")
     if args.num_machines < 1:
         parser.error("--num_machines must be at least 1")
-    try:
-        checks = Doctor(args, dict(os.environ)).run()
-    except ValueError as err:  # a bad DIT4DIT_SOC
-        parser.error(str(err))
+    return run_main(lambda: report(Doctor(args, dict(os.environ)).run()))
+
+
+def report(checks: list) -> int:
     for check in checks:
         print(check.line())
     failed = [c.name for c in checks if c.status == "FAIL"]

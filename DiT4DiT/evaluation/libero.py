@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.closed_loop_report import strip_frames
 from DiT4DiT.evaluation.metaworld import select_gl_backend
@@ -79,15 +79,19 @@ class LiberoPolicy(ChunkedPolicy):
 
 
 def run_libero_task(policy: LiberoPolicy, env, instruction: str, init_states, trials: Iterable[int], max_steps: int,
-                    num_steps_wait: int = 10, on_trial: Callable | None = None, keep_frames: int = 0) -> list[bool]:
+                    num_steps_wait: int = 10, on_trial: Callable | None = None, keep_frames: int = 0, *,
+                    task_key: tuple[int, int]) -> list[bool]:
     """Outcomes of the given trials of one task: trial i starts from init_states[i], waits, then follows the policy.
+
+    task_key is (the run's seed, the task id): trial i's requests are seeded from (*task_key, i) and the step, so
+    they draw the same noise in a serial run as in any process of a parallel one.
 
     `on_trial(trial, success, policy steps taken, agent-view frames)` sees each trial as it ends, with frames for
     trials below `keep_frames` only.
     """
     outcomes = []
     for trial in trials:
-        policy.reset()
+        policy.reset((*task_key, trial))
         env.reset()
         obs = env.set_init_state(init_states[trial])
         done, steps, frames, started = False, 0, [], time.monotonic()
@@ -237,7 +241,8 @@ def run_libero_episodes(run: LiberoRun, episodes: list[int], report) -> None:
                 for _ in range(trials[0]):
                     env.reset()
                 run_libero_task(policy, env, task.language, suite.get_task_init_states(run.tasks[position]), trials,
-                                run.max_steps, run.num_steps_wait, on_trial=done, keep_frames=run.videos)
+                                run.max_steps, run.num_steps_wait, on_trial=done, keep_frames=run.videos,
+                                task_key=(run.seed, run.tasks[position]))
             finally:
                 env.close()
     finally:
@@ -283,6 +288,8 @@ def evaluate(suite_name: str, trials: int, out: Path, *, host: str, port: int, t
                           + (f" (closest: {close[0]})" if close else ""))
     if trials < 1:
         raise BadArgument(f"--num_trials_per_task {trials}: run at least 1 episode per task")
+    if not 0 <= seed < 2**32:  # numpy's global seed; the requests' noise seeds are made from it too
+        raise BadArgument(f"--seed {seed}: give an integer in 0..{2**32 - 1}")
     server = f"{host}:{port}"
     server_address(server)
     benchmark, _, _ = libero_simulator()
@@ -347,19 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
     configure_logging()
-    try:
-        summary = evaluate(args.task_suite, args.num_trials_per_task, args.out, host=args.host, port=args.port,
-                           tasks=args.tasks, max_steps=args.max_steps, num_steps_wait=args.num_steps_wait,
-                           seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s,
-                           num_envs=args.num_envs)
-    except DiT4DiTError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    return run_main(lambda: evaluate_suite(args))
+
+
+def evaluate_suite(args: argparse.Namespace) -> None:
+    summary = evaluate(args.task_suite, args.num_trials_per_task, args.out, host=args.host, port=args.port,
+                       tasks=args.tasks, max_steps=args.max_steps, num_steps_wait=args.num_steps_wait,
+                       seed=args.seed, videos=args.videos, fast_render=args.fast_render, wait_s=args.wait_s,
+                       num_envs=args.num_envs)
     print(render(summarize(args.out)), end="")
     low, high = summary["ci95"]
     print(f"{args.task_suite}: {summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} "
           f"(95% interval {low:.0%}-{high:.0%}) -> {args.out}/summary.json")
-    return 0
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.parallel import blocks, check_num_envs, run_episodes
 from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect, server_address
@@ -379,7 +379,7 @@ class ServerPolicy(ChunkedPolicy):
                                  f"of the {DATA_CONFIG} layout (train on data from `collect`)")
 
     def reset(self, seed: int) -> None:
-        super().reset()  # the server draws the diffusion noise
+        super().reset((seed,))  # the requests' noise seeds come from the episode's seed and the step
 
     def act(self, views, state, instruction) -> np.ndarray:
         return env_action(self.next_row(views, state, instruction))
@@ -549,26 +549,25 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("tasks", help="list the Meta-World v3 tasks")
     args = parser.parse_args(argv)
     configure_logging()
-    try:
-        if args.command == "tasks":
-            print("\n".join(task_names()))
-        elif args.command == "collect":
-            folder = collect(args.task, args.episodes, args.out, setup=scene_setup(args), seed=args.seed,
-                             max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite)
-            print(f"{folder}\ntrain on it with: --data_mix={DATA_MIX} --data_root_dir={args.out}")
-        else:
-            summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
-                               blank_images=args.blank_images, setup=scene_setup(args), seed=args.seed,
-                               max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s,
-                               num_envs=args.num_envs)
-            low, high = summary["ci95"]
-            print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
-                  f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "
-                  f"mean length {summary['mean_length']:.0f} steps -> {args.out}/summary.json")
-    except DiT4DiTError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
-    return 0
+    return run_main(lambda: run_command(args))
+
+
+def run_command(args: argparse.Namespace) -> None:
+    if args.command == "tasks":
+        print("\n".join(task_names()))
+    elif args.command == "collect":
+        folder = collect(args.task, args.episodes, args.out, setup=scene_setup(args), seed=args.seed,
+                         max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite)
+        print(f"{folder}\ntrain on it with: --data_mix={DATA_MIX} --data_root_dir={args.out}")
+    else:
+        summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
+                           blank_images=args.blank_images, setup=scene_setup(args), seed=args.seed,
+                           max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s,
+                           num_envs=args.num_envs)
+        low, high = summary["ci95"]
+        print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
+              f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "
+              f"mean length {summary['mean_length']:.0f} steps -> {args.out}/summary.json")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,10 @@ import numpy as np
 import torch
 
 from DiT4DiT.atomic_files import write_json_atomic
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
 from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV, load_run_config
@@ -63,8 +65,8 @@ def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tup
                                 for i in range(0, len(examples), QUERIES_PER_BATCH)])
     width = recorded[0].shape[1]
     if predicted.shape[-1] != width:
-        raise ValueError(f"{part.layout.root}: episodes record {width}-dim actions but the run's statistics describe "
-                         f"{predicted.shape[-1]}; evaluate on data of the robot the model was trained for")
+        raise ConfigError(f"{part.layout.root}: episodes record {width}-dim actions but the run's statistics describe "
+                          f"{predicted.shape[-1]}; evaluate on data of the robot the model was trained for")
     return predicted.reshape(-1, width)[:length], np.concatenate(recorded)[:length]
 
 
@@ -89,7 +91,8 @@ def evaluate(policy: Policy, dataset, episodes: int, out: Path) -> dict:
             log.info("%s: %d steps, MSE %.5f, MAE %.5f", label, len(error), per_episode[-1]["mse"],
                      per_episode[-1]["mae"])
     if not per_episode:
-        raise ValueError("no held-out episode to evaluate: the mixture's eval split is empty")
+        raise ConfigError("no held-out episode to evaluate: the mixture's eval split is empty; give --data_mix a "
+                          "mixture with held-out episodes (datasets.vla_data.holdout_episodes > 0 in the run)")
     stacked = np.concatenate(errors)
     mse, mae = np.mean(stacked**2, axis=0), np.mean(np.abs(stacked), axis=0)
     plot_joint_errors(mse, mae, names, out / "per_joint_error.png")
@@ -101,11 +104,6 @@ def evaluate(policy: Policy, dataset, episodes: int, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from DiT4DiT.config.schema import ConfigError
-    from DiT4DiT.dataloader.build import build_vla_dataset
-    from DiT4DiT.dataloader.errors import DataError
-    from DiT4DiT.serving.device import DeviceError, select_device
-
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.open_loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="RUN/checkpoints/steps_N_pytorch_model.pt")
     parser.add_argument("--data_root_dir", default=None, help="folder of a named mixture's datasets (not needed when "
@@ -123,24 +121,29 @@ def main(argv: list[str] | None = None) -> int:
                              f"framework.cosmos25.base_model does not exist here (default: ${BASE_MODEL_ENV})")
     args = parser.parse_args(argv)
     configure_logging()
+    return run_main(lambda: evaluate_run(args))
+
+
+def evaluate_run(args: argparse.Namespace) -> None:
+    from DiT4DiT.dataloader.build import build_vla_dataset
+    from DiT4DiT.serving.device import select_device
+    from DiT4DiT.tools.outputs import check_out
+
     overrides = [f"datasets.vla_data.data_mix={args.data_mix}"]
     if args.data_root_dir:
         overrides.append(f"datasets.vla_data.data_root_dir={args.data_root_dir}")
     if args.cache_dir:
         overrides.append(f"datasets.vla_data.cache_dir={args.cache_dir}")
-    try:
-        device = select_device(args.device)
-        policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key, base_model=args.base_model)
-        # The run's config as the model loaded it (completed from the checkpoint, on the local snapshot), on this data.
-        dataset = build_vla_dataset(load_run_config(args.ckpt, args.base_model, overrides), split="eval")
-        torch.manual_seed(args.seed)
-        summary = evaluate(policy, dataset, args.episodes, Path(args.out))
-    except (DeviceError, ConfigError, DataError, FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    if args.cache_dir:  # the data's index cache is written there: a folder of ours, not a file or a dataset
+        check_out(Path(args.cache_dir), folder=True, option="--cache_dir")
+    device = select_device(args.device)
+    policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key, base_model=args.base_model)
+    # The run's config as the model loaded it (completed from the checkpoint, on the local snapshot), on this data.
+    dataset = build_vla_dataset(load_run_config(args.ckpt, args.base_model, overrides), split="eval")
+    torch.manual_seed(args.seed)
+    summary = evaluate(policy, dataset, args.episodes, Path(args.out))
     print(f"{len(summary['episodes'])} episodes, {summary['steps']} steps: MSE {summary['mse']:.5f}, "
           f"MAE {summary['mae']:.5f}; plots and summary.json in {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

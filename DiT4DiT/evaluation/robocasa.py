@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler
+from DiT4DiT.evaluation.errors import BadArgument
 from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
 from DiT4DiT.logging_setup import configure_logging
@@ -100,8 +102,6 @@ def run_robocasa(policy: RobocasaPolicy, env, n_episodes: int) -> list[bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from DiT4DiT.serving.client import PolicyClient
-
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.robocasa", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=10093)
@@ -115,13 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for per-task results and the summary")
     args = parser.parse_args(argv)
     configure_logging()
+    return run_main(lambda: evaluate_tasks(args))
+
+
+def evaluate_tasks(args: argparse.Namespace) -> None:
+    from DiT4DiT.serving.client import PolicyClient
+
     try:
         from examples.Robocasa_tabletop.eval_files.simulation_env import (
             MultiStepConfig, SimulationConfig, SimulationInferenceEnv)
     except ImportError as error:
-        print(f"error: the RoboCasa environment is not importable ({error}); install robocasa and robosuite and put "
-              "the original DiT4DiT checkout (its examples/Robocasa_tabletop) on PYTHONPATH", file=sys.stderr)
-        return 2
+        raise BadArgument(f"the RoboCasa environment is not importable ({error}); install robocasa and robosuite and "
+                          "put the original DiT4DiT checkout (its examples/Robocasa_tabletop) on PYTHONPATH") from None
     with PolicyClient(args.host, args.port) as client:
         policy = RobocasaPolicy(client, args.n_action_steps, ensemble_horizon=args.ensemble_horizon,
                                 alpha=args.ensemble_alpha)
@@ -134,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
             env.close()
             write_task_result(Path(args.out), "robocasa", env_name, outcomes)
     print(render(summarize(Path(args.out))), end="")
-    return 0
 
 
 if __name__ == "__main__":

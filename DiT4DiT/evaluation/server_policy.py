@@ -1,7 +1,8 @@
 """The client side of a closed loop: one request to our policy server per action chunk, its rows one per step.
 
 The simulators' adapters (metaworld, libero) subclass ChunkedPolicy and turn a row of the dataset's action layout
-into their env's action.
+into their env's action. Each request carries a noise seed made from the episode and the step (request_seed), so a
+served policy's episodes do not depend on how many environment processes share the server or how it batches.
 """
 
 from __future__ import annotations
@@ -35,10 +36,20 @@ def connect(server: str, wait_s: float):
                              "`python -m DiT4DiT.serving.server --ckpt RUN/checkpoints/steps_N_pytorch_model.pt`") from None
 
 
+def request_seed(episode: tuple[int, ...], step: int) -> int:
+    """The example seed of the request an episode makes at policy step `step` (0, chunk, 2 chunk, ...): the first
+    64-bit word of numpy's SeedSequence([*episode, step]) with its top bit dropped (the server takes 0..2^63-1).
+    `episode` names the episode by non-negative integers: (seed,) on Meta-World, (seed, task id, trial) on LIBERO."""
+    word = np.random.SeedSequence([*episode, step]).generate_state(1, np.uint64)[0]
+    return int(word >> np.uint64(1))
+
+
 class ChunkedPolicy:
     """Asks the server for an action chunk every `action_chunk` steps; next_row() returns the chunk's rows in order.
 
-    blank_images=True sends black frames: what the model makes of the state alone.
+    blank_images=True sends black frames: what the model makes of the state alone. reset(episode) starts an
+    episode; its requests carry request_seed(episode, step) as the example's "seed" (an extra example key, which the
+    original's server ignores: there the noise stays fresh).
     """
 
     sees = True  # it looks at the views, so the adapter must render them
@@ -53,16 +64,18 @@ class ChunkedPolicy:
         self.latencies_s: list[float] = []  # one per request
         self._actions: np.ndarray | None = None
         self._step = 0
+        self._episode: tuple[int, ...] = ()
 
-    def reset(self) -> None:
-        self._actions, self._step = None, 0
+    def reset(self, episode: tuple[int, ...]) -> None:
+        self._actions, self._step, self._episode = None, 0, tuple(int(part) for part in episode)
 
     def next_row(self, views, state, instruction: str) -> np.ndarray:
         """This step's row of the served chunk (the dataset's action units), asking for a new chunk when one ends."""
         if self._step % self.chunk == 0:
             if self.blank_images:
                 views = [np.zeros_like(view) for view in views]
-            example = {**camera_fields(views, self.metadata), "lang": instruction}
+            example = {**camera_fields(views, self.metadata), "lang": instruction,
+                       "seed": request_seed(self._episode, self._step)}
             if self.encode_state is not None:
                 example["state"] = self.encode_state(state)
             started = time.perf_counter()

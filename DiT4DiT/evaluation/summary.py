@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from DiT4DiT.atomic_files import write_json_atomic
+from DiT4DiT.errors import run_main
+from DiT4DiT.evaluation.errors import BadArgument
 
 RESULT_SUFFIX = ".result.json"
 SUMMARY_NAME = "success_rate_summary"
@@ -52,7 +54,7 @@ def summarize(log_dir: Path) -> dict:
     log_dir = Path(log_dir)
     results = [json.loads(p.read_text()) for p in sorted(log_dir.glob(f"*{RESULT_SUFFIX}"))]
     if not results:
-        raise FileNotFoundError(f"{log_dir}: no *{RESULT_SUFFIX} task results; run an evaluation into it first")
+        raise BadArgument(f"{log_dir}: no *{RESULT_SUFFIX} task results; run an evaluation into it first")
     rates = [r["success_rate"] for r in results]
     suites: dict[str, list[float]] = {}
     for r in results:
@@ -85,13 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.evaluation.summary", description=__doc__.split("\n\n")[0])
     parser.add_argument("--log_dir", required=True, help="folder the evaluation wrote its task results into")
     args = parser.parse_args(argv)
-    try:
-        summary = summarize(Path(args.log_dir))
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(render(summary), end="")
-    return 0
+    return run_main(lambda: print(render(summarize(Path(args.log_dir))), end=""))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,16 @@ import os
 import sys
 from pathlib import Path
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import run_main
 from DiT4DiT.launch.options import PROG
 from DiT4DiT.requirements_check import TRAINING, require
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return run_main(lambda: launch(sys.argv[1:] if argv is None else argv), PROG)
+
+
+def launch(argv: list[str]) -> int:
     require(PROG, TRAINING, launcher=True)  # --help too: the trainer runs with this Python
     shell_plan = None
     if argv[:1] and argv[0].startswith("--shell_plan="):
@@ -25,12 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     from DiT4DiT.launch import options, plan as planning
 
-    try:
-        opts = options.parse(argv, Path.cwd())
-        plan = planning.build(opts)
-    except DiT4DiTError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return err.exit_code
+    opts = options.parse(argv, Path.cwd())
+    plan = planning.build(opts)
     if opts.dry_run or shell_plan is None:
         print(planning.dry_run(plan))
     for note in plan.notes:

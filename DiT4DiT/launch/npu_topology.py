@@ -24,6 +24,8 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass
 
+from DiT4DiT.errors import UsageError, run_main
+
 SOCS = ("a2", "a3")
 SOC_ENV = "DIT4DIT_SOC"
 
@@ -158,7 +160,7 @@ def soc_override(cli_value: str | None) -> tuple[str | None, str]:
             continue
         value = value.lower()
         if value not in SOCS:
-            raise ValueError(f"{source}={value!r}: expected one of {', '.join(SOCS)}")
+            raise UsageError(f"{source}={value!r}: expected one of {', '.join(SOCS)}")
         return value, source
     return None, "detected"
 
@@ -184,22 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soc", choices=SOCS, help=f"override the A2/A3 detection (also: {SOC_ENV})")
     parser.add_argument("--summary", action="store_true", help='print "<visible> <total> <soc>" for scripts')
     args = parser.parse_args(argv)
-    try:
-        topo = read_topology(args.soc)
-    except ValueError as err:
-        parser.error(str(err))
-    if args.summary:
+    return run_main(lambda: show(read_topology(args.soc), args.summary))
+
+
+def show(topo: Topology | None, summary: bool) -> None:
+    if summary:
         print("0 0 none" if topo is None else f"{len(topo.visible)} {len(topo.chips)} {topo.soc}")
-        return 0
+        return
     if topo is None:
         print("no NPU found: npu-smi is not on PATH, failed, or lists no device")
-        return 0
+        return
     print(f"{len(topo.chips)} devices, {len(topo.visible)} visible, {topo.soc.upper()} ({topo.soc_source})")
     for index, chip in enumerate(topo.chips):
         mark = "visible" if chip in topo.visible else "hidden"
         hbm = f"{chip.hbm_used_mb}/{chip.hbm_total_mb} MB HBM" if chip.hbm_total_mb else "HBM n/a"
         print(f"  device {index:2d}: NPU {chip.npu} chip {chip.chip} {chip.name} {chip.health} {hbm} {mark}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import UsageError
 from DiT4DiT.launch.host_kind import KINDS
 from DiT4DiT.launch.npu_topology import SOCS
 
@@ -38,12 +38,6 @@ PATH_OPTIONS = ("config_yaml", "launch_config", "base_model", "data_root_dir", "
 PATH_KEYS = {"datasets.vla_data.cache_dir", *(TRAINER_KEYS[o] for o in PATH_OPTIONS if o in TRAINER_KEYS)}
 RUN_ID = re.compile(r"^[A-Za-z0-9._+=@,-]+$")
 _MISSING = object()  # `--name` typed without a value
-
-
-class UsageError(DiT4DiTError):
-    """A bad command line: the message names the option and what it expects."""
-
-    exit_code = 2
 
 
 @dataclass
@@ -79,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
     opt("--main_process_port", metavar="P", help="its port (else MASTER_PORT; 29500)")
     opt("--hccl_zero_copy", metavar="0|1", help="TORCH_HCCL_ZERO_COPY for A3 (default: unset, off; a trial "
         "feature of CANN 9.0's HCCL, A/B it first: docs/ascend.md); an exported value is used when this is not given")
+    opt("--device_memory_gib", metavar="GIB", help="free memory per device that the memory plan checks against "
+        "(else npu-smi's free HBM, or nvidia-smi's; a CPU host is not checked)")
     opt("--net_if", metavar="NAME", help="network interface for collectives (else DIT4DIT_NET_IF; with 2+ nodes "
         "derived from `ip route get MAIN_IP`)")
     trainer = p.add_argument_group("short names for trainer keys (passed only when given)")
@@ -100,6 +96,8 @@ def _check(name: str, value) -> str:
         raise UsageError(f"--{name} needs a value: --{name}=VALUE (see --help)")
     if name in POSITIVE and not re.fullmatch(r"[1-9][0-9]*", value):
         raise UsageError(f"--{name}={value}: expected a positive integer")
+    if name == "device_memory_gib" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
+        raise UsageError(f"--device_memory_gib={value}: expected a number of GiB, e.g. 60")
     if name == "device" and value not in KINDS:
         raise UsageError(f"--device={value}: expected one of {', '.join(KINDS)}")
     if name == "hccl_zero_copy" and value not in ("0", "1"):
@@ -158,4 +156,5 @@ def parse(argv: list[str], cwd: Path) -> Options:
 
 def option_names() -> list[str]:
     return [*TRAINER_KEYS, "device", "num_processes", "config_yaml", "launch_config", "soc", "num_machines",
-            "machine_rank", "main_process_ip", "main_process_port", "net_if", "hccl_zero_copy"]
+            "machine_rank", "main_process_ip", "main_process_port", "net_if", "hccl_zero_copy",
+            "device_memory_gib"]

@@ -21,6 +21,7 @@ from DiT4DiT.launch import environment, host_kind, network, npu_topology, prefli
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
+from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_ENTRY = "DiT4DiT/training/train.py"
@@ -47,6 +48,14 @@ def _package_lib(name: str) -> str | None:
     return os.path.join(list(spec.submodule_search_locations)[0], "lib")
 
 
+def _device_free_gib(host: Host) -> float | None:
+    from DiT4DiT.doctor import memory_plan
+    from DiT4DiT.launch import npu_topology
+
+    topo = npu_topology.read_topology(host.soc if host.soc != "none" else None) if host.kind == "npu" else None
+    return memory_plan.device_free_gib(host.kind, topo)
+
+
 @dataclass
 class Facts:
     """What the plan asks the machine; tests pass their own."""
@@ -60,6 +69,7 @@ class Facts:
     cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     python: str = sys.executable
     python_version: tuple[int, ...] = tuple(sys.version_info[:3])
+    device_free_gib: Callable[[Host], float | None] = lambda host: _device_free_gib(host)
 
 
 @dataclass
@@ -80,6 +90,7 @@ class Plan:
     timeouts: str = ""
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    memory: list[str] = field(default_factory=list)  # the memory plan, for the dry run
 
     @property
     def per_node(self) -> int:
@@ -214,11 +225,8 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     too_old = host_kind.python_problem(facts.python_version)
     if too_old:
         raise UsageError(too_old)
-    try:
-        npu_topology.soc_override(opts.given("soc"))  # a bad DIT4DIT_SOC is refused on every host, not only an NPU one
-        host = facts.detect(opts.given("device"), opts.given("soc"))
-    except ValueError as err:  # a bad DIT4DIT_SOC
-        raise UsageError(str(err)) from None
+    npu_topology.soc_override(opts.given("soc"))  # a bad DIT4DIT_SOC is refused on every host, not only an NPU one
+    host = facts.detect(opts.given("device"), opts.given("soc"))
     if host.problem:
         problems.append(host.problem)
     shown: dict[str, tuple[str, str]] = {}
@@ -277,7 +285,28 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     plan.problems += preflight.folder_problems(config["framework.cosmos25.base_model"].value,
                                                config["datasets.vla_data.data_root_dir"].value,
                                                mix.value if mix.source == "option" else None, REPO)
+    _memory(plan, opts, facts)
     return plan
+
+
+def _memory(plan: Plan, opts: Options, facts: Facts) -> None:
+    """The memory plan against the devices' free memory (or --device_memory_gib): a problem when it does not fit."""
+    given = opts.given("device_memory_gib")
+    free = float(given) if given else (facts.device_free_gib(plan.host) if plan.host.kind != "cpu" else None)
+    base_model = plan.config["framework.cosmos25.base_model"].value
+    if free is None or not base_model or pipeline_folder_problems(base_model, relative_to=REPO):
+        return  # nothing to plan with; preflight has named what is missing
+    kind = plan.host.kind if plan.host.kind != "cpu" else "npu"
+    try:
+        lines, fits = preflight.memory_plan_lines(_repo_path(plan.shown["config_yaml"][0]), plan.forwarded,
+                                                  str(_repo_path(base_model)), _repo_path(plan.shown["launch_config"][0]),
+                                                  plan.per_node, plan.machines, kind, free)
+    except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
+        plan.notes.append(f"no memory plan: the estimate could not read {base_model} ({type(err).__name__}: {err})")
+        return
+    plan.memory = lines
+    if not fits:
+        plan.problems.append("device memory: " + "\n    ".join(lines))
 
 
 def dry_run(plan: Plan) -> str:
@@ -313,6 +342,8 @@ def dry_run(plan: Plan) -> str:
     lines.append(f"command (in {REPO}):")
     lines.append("  " + shlex.join(plan.command))
     lines.append(f"log: {plan.log}")
+    if plan.memory:
+        lines.append("memory: " + "\n  ".join(plan.memory))
     return "\n".join(lines)
 
 

@@ -24,6 +24,8 @@ DEVICE_CHOICES = ("auto", "npu", "cuda", "cpu")
 class DeviceError(DiT4DiTError, RuntimeError):
     """The requested device is not usable here; the message says why and what to pass instead."""
 
+    exit_code = 2
+
 
 def _load_torch_npu() -> bool:
     """Import torch_npu and transfer_to_npu: False when torch_npu is not installed, DeviceError when it fails to load."""

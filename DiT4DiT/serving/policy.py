@@ -16,7 +16,7 @@ from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework.share_tools import check_unnorm_key
 from DiT4DiT.serving.layout import run_layout
-from DiT4DiT.serving.run_folder_checks import read_run_config_file
+from DiT4DiT.serving.run_folder_checks import RunFolderFileError, read_run_config_file
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,19 @@ class PolicyShape:
 
 
 def read_statistics(path: Path) -> dict:
-    """dataset_statistics.json as {tag: {"action": {...}, "state": {...}}}; ValueError naming the file otherwise."""
+    """dataset_statistics.json as {tag: {"action": {...}, "state": {...}}}; RunFolderFileError naming the file
+    otherwise."""
     try:
         statistics = json.loads(path.read_text())
     except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, or nested beyond the parser
-        raise ValueError(f"{path}: not readable JSON ({type(error).__name__}: {str(error)[:200]}); restore the run's "
-                         "dataset_statistics.json (the trainer writes it at step 0)") from None
+        raise RunFolderFileError(f"{path}: not readable JSON ({type(error).__name__}: {str(error)[:200]}); restore the "
+                                 "run's dataset_statistics.json (the trainer writes it at step 0)") from None
     shapes = isinstance(statistics, dict) and statistics and all(
         isinstance(entry, dict) and isinstance(entry.get("action"), dict) and isinstance(entry.get("state"), dict)
         for entry in statistics.values())
     if not shapes:
-        raise ValueError(f"{path}: expected a map of statistics tags, each with 'action' and 'state' sections; got "
-                         f"{type(statistics).__name__}; restore the run's dataset_statistics.json")
+        raise RunFolderFileError(f"{path}: expected a map of statistics tags, each with 'action' and 'state' sections; "
+                                 f"got {type(statistics).__name__}; restore the run's dataset_statistics.json")
     return statistics
 
 
@@ -116,17 +117,17 @@ def check_sequence_length(recorded: dict, config_path: Path) -> None:
     except (TypeError, ValueError):
         return  # absent (the default) or not a number: the config's typing names it
     if not 1 <= value <= MAX_SEQUENCE_LENGTH:
-        raise ValueError(f"{config_path}: framework.cosmos25.max_sequence_length={length} is out of range 1.."
-                         f"{MAX_SEQUENCE_LENGTH} (tokens per prompt; the Cosmos pipeline uses 512, and each "
-                         "request's prompt tensors grow with it); set it to the value the run trained with")
+        raise RunFolderFileError(f"{config_path}: framework.cosmos25.max_sequence_length={length} is out of range 1.."
+                                 f"{MAX_SEQUENCE_LENGTH} (tokens per prompt; the Cosmos pipeline uses 512, and each "
+                                 "request's prompt tensors grow with it); set it to the value the run trained with")
 
 
 def check_finite_weights(model: torch.nn.Module, ckpt) -> None:
     """A model with NaN or infinite weights would answer every request with NaN actions: refuse it at load."""
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise ValueError(f"{ckpt}: weight {name} holds NaN or infinite values (training diverged or the file is "
-                             "damaged); serve an earlier checkpoint")
+            raise RunFolderFileError(f"{ckpt}: weight {name} holds NaN or infinite values (training diverged or the "
+                                     "file is damaged); serve an earlier checkpoint")
 
 
 class ActionUnnormalizer:
@@ -190,11 +191,11 @@ class Policy:
         from DiT4DiT.model.framework.base_framework import baseframework
 
         if not Path(ckpt).is_file():
-            raise FileNotFoundError(f"{ckpt}: no such checkpoint file")
+            raise RunFolderFileError(f"{ckpt}: no such checkpoint file")
         stats_path = Path(ckpt).parent.parent / "dataset_statistics.json"
         if not stats_path.is_file():
-            raise FileNotFoundError(f"{stats_path}: missing; the policy needs the run's statistics to return actions "
-                                    "in the robot's units (the trainer writes it into the run dir)")
+            raise RunFolderFileError(f"{stats_path}: missing; the policy needs the run's statistics to return "
+                                     "actions in the robot's units (the trainer writes it into the run dir)")
         statistics = read_statistics(stats_path)
         tag = check_unnorm_key(statistics, unnorm_key, str(stats_path))
         entry = statistics[tag]
@@ -204,7 +205,7 @@ class Policy:
         # Original run folders too (keys they lack come from the weights).
         model = baseframework.from_pretrained(ckpt, base_model=base_model)
         if model.action_model is None:
-            raise ValueError(f"{ckpt}: framework.cosmos25.training=video has no action head to serve")
+            raise RunFolderFileError(f"{ckpt}: framework.cosmos25.training=video has no action head to serve")
         check_finite_weights(model, ckpt)
         # Frozen throughout: no gradients when serving. Instructions the run's prompt store holds are read from it;
         # others are encoded by the text encoder.

@@ -33,7 +33,7 @@ import numpy as np
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import run_main
 from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV
 from DiT4DiT.serving import wire
@@ -324,21 +324,21 @@ def option_problem(args) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from DiT4DiT.serving.device import select_device
-
     args = build_parser().parse_args(argv)
     problem = option_problem(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     configure_logging()
-    try:
-        device = select_device(args.device)
-        policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch,
-                             base_model=args.base_model)
-    except (DiT4DiTError, OSError, ValueError) as error:  # each names the file or key and the fix
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+    return run_main(lambda: serve_policy(args))
+
+
+def serve_policy(args: argparse.Namespace) -> None:
+    from DiT4DiT.serving.device import select_device
+
+    device = select_device(args.device)
+    policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch,
+                         base_model=args.base_model)
     log.info("model from %s on %s (statistics %s)", args.ckpt, device, policy.statistics_tag)
     limit = int(args.max_message_mb * (1 << 20)) if args.max_message_mb else None
     server = PolicyServer(policy, args.host, args.port, max_message_bytes=limit, idle_timeout=args.idle_timeout,
@@ -349,7 +349,6 @@ def main(argv: list[str] | None = None) -> int:
         await server.run(on_ready=lambda port: server.install_signal_handlers())
 
     asyncio.run(serve_until_signal())
-    return 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 import torch
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.model.framework.base_framework import baseframework
 from DiT4DiT.tools.outputs import OutputError, check_out
 from DiT4DiT.training.checkpoint import atomic_write
@@ -32,9 +33,9 @@ def export_full_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: b
     """Save every weight of the model `checkpoint` belongs to into `out` (atomically); returns `out`."""
     out = Path(out)
     if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+        raise OutputError(f"{out} already exists; pass --overwrite to replace it")
     if out.resolve() == Path(checkpoint).resolve():
-        raise ValueError(f"--out {out} is the checkpoint being read; write the full file elsewhere")
+        raise OutputError(f"--out {out} is the checkpoint being read; write the full file elsewhere")
     check_out(out, owned=Path(checkpoint).resolve().parents[1])  # its own run folder, as the trainer suggests
     model = baseframework.from_pretrained(checkpoint)
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
@@ -48,13 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where the full checkpoint goes")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
-    try:
-        out = export_full_checkpoint(args.checkpoint, args.out, args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError, OutputError) as exc:  # config and weight mismatches are ValueErrors
-        print(f"export_checkpoint: {exc}", file=sys.stderr)
-        return 2
-    print(out)
-    return 0
+    return run_main(lambda: print(export_full_checkpoint(args.checkpoint, args.out, args.overwrite)),
+                    "export_checkpoint")
 
 
 if __name__ == "__main__":

@@ -35,10 +35,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 
 # Shapes measured at: robotwin's 3 views of 224 px and 2 latent frames (1,176 tokens), its 512-token prompts, and
 # half of each, to separate the parts that grow with video tokens from those that grow with text tokens.
@@ -305,4 +306,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -20,10 +20,10 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
-from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.modality import AUTO, choose_config, derive_modality
 from DiT4DiT.dataloader.reader import DatasetLayout
-from DiT4DiT.tools.outputs import OutputError, check_out
+from DiT4DiT.errors import run_main
+from DiT4DiT.tools.outputs import check_out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,21 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the file here instead of printing it "
                         "(never into the dataset folder)")
     args = parser.parse_args(argv)
-    try:
-        layout = DatasetLayout(args.dataset)
-        config = choose_config(layout, args.data_config)
-        modality = derive_modality(layout.info, config, layout.meta_path("info.json"))
-        if args.out:  # never into the dataset: write elsewhere, edit, then copy it to meta/modality.json
-            check_out(args.out)
-    except (DataError, OutputError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
-    if args.out:
-        write_json_atomic(args.out, modality)
-        print(f"{args.out}: modality.json for data config {config.name}")
+    return run_main(lambda: write_modality(args.dataset, args.data_config, args.out))
+
+
+def write_modality(dataset: Path, data_config: str, out: Path | None) -> None:
+    layout = DatasetLayout(dataset)
+    config = choose_config(layout, data_config)
+    modality = derive_modality(layout.info, config, layout.meta_path("info.json"))
+    if out:  # never into the dataset: write elsewhere, edit, then copy it to meta/modality.json
+        check_out(out)
+        write_json_atomic(out, modality)
+        print(f"{out}: modality.json for data config {config.name}")
     else:
         print(json.dumps(modality, indent=4))
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 import torch
 
+from DiT4DiT.errors import run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
-from DiT4DiT.model.modules.cosmos_pipeline import COSMOS_2B_TRANSFORMER_CONFIG, NoOpSafetyChecker
+from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
 from DiT4DiT.tools.outputs import OutputError, check_out, check_replaceable_folder
 
@@ -70,7 +72,8 @@ TOKENIZER_CORPUS = [
 ]
 
 
-def build_tokenizer():
+def build_tokenizer(vocab_size: int = TOKENIZER_VOCAB, special_tokens: list[str] = SPECIAL_TOKENS):
+    """A byte-level BPE trained offline on TOKENIZER_CORPUS, as a Qwen2 tokenizer with Qwen's chat layout."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
@@ -78,8 +81,8 @@ def build_tokenizer():
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB,
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte encodes, so any text works
         show_progress=False,
     )
@@ -222,31 +225,47 @@ def build_tiny_pipeline(seed: int = 0):
     )
 
 
-def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
-    """Write the pipeline folder atomically: a failure leaves `out` as it was."""
-    from diffusers.utils import logging as diffusers_logging
-
+def write_folder_atomically(out: str | Path, overwrite: bool, write) -> Path:
+    """`write(staging)` fills a folder next to `out` that then replaces it: a failure leaves `out` as it was."""
     out = Path(out)
     check_out(out, folder=True)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it")
+        raise OutputError(f"{out} exists and is not empty; pass --overwrite to replace it")
     check_replaceable_folder(out, "model_index.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_tiny_pipeline(seed)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    verbosity = diffusers_logging.get_verbosity()
     try:
-        # The no-op safety checker is deliberately not saved (the real snapshot has none either); keep quiet.
-        diffusers_logging.set_verbosity_error()
-        pipeline.save_pretrained(staging, safe_serialization=True)
+        write(staging)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
-        diffusers_logging.set_verbosity(verbosity)
         if staging.exists():
             shutil.rmtree(staging)
     return out
+
+
+def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
+    """Write the pipeline folder atomically: a failure leaves `out` as it was."""
+    from diffusers.utils import logging as diffusers_logging
+
+    def write(staging: Path) -> None:
+        pipeline = build_tiny_pipeline(seed)
+        verbosity = diffusers_logging.get_verbosity()
+        try:
+            # The no-op safety checker is deliberately not saved (the real snapshot has none either); keep quiet.
+            diffusers_logging.set_verbosity_error()
+            pipeline.save_pretrained(staging, safe_serialization=True)
+        finally:
+            diffusers_logging.set_verbosity(verbosity)
+
+    return write_folder_atomically(out, overwrite, write)
+
+
+def report_written(tool: str, write, message: str) -> int:
+    """A generator's exit status: 0 with `message` once `write()` returns the folder; one line on stderr and the
+    error's status (run_main) when something is in the way."""
+    return run_main(lambda: print(message.format(out=write())), tool)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,13 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
                         help="replace an existing, non-empty output folder")
     args = parser.parse_args(argv)
-    try:
-        out = write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite)
-    except (FileExistsError, OutputError) as error:
-        print(f"tiny_cosmos: {error}", file=sys.stderr)
-        return getattr(error, "exit_code", 1)
-    print(f"tiny Cosmos-Predict2.5 pipeline written to {out}")
-    return 0
+    return report_written("tiny_cosmos", lambda: write_tiny_pipeline(args.out, seed=args.seed, overwrite=args.overwrite),
+                          "tiny Cosmos-Predict2.5 pipeline written to {out}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.dataloader.layout import DATASET_MARK
+from DiT4DiT.errors import UsageError, run_main
 from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.tools.outputs import OutputError, check_out, check_replaceable_folder
 
@@ -80,7 +81,7 @@ class Robot:
 def robot_for(config_name: str, state_layout=None, action_layout=None, cameras=None) -> Robot:
     """The storage of a data config: its robot's stored column layout unless one is given; generic cameras."""
     if config_name not in DATA_CONFIGS:
-        raise ValueError(f"data config '{config_name}' does not exist; known: {sorted(DATA_CONFIGS)}")
+        raise UsageError(f"data config '{config_name}' does not exist; known: {sorted(DATA_CONFIGS)}")
     config = DATA_CONFIGS[config_name]
     state = state_layout or config.state_layout
     action = action_layout or config.action_layout
@@ -390,11 +391,11 @@ def write_content(folder: Path, robot: Robot, content: list[Episode], instructio
 
 def check_settings(episodes: int, frames: tuple[int, int], height: int, width: int, version: str) -> None:
     if height % 2 or width % 2 or min(height, width) < 16:
-        raise ValueError(f"--height {height} / --width {width}: yuv420p needs even sizes of at least 16")
+        raise UsageError(f"--height {height} / --width {width}: yuv420p needs even sizes of at least 16")
     if episodes < 1 or not 2 <= frames[0] <= frames[1]:
-        raise ValueError(f"--episodes {episodes}, --frames {frames}: need >= 1 episode and 2 <= min <= max frames")
+        raise UsageError(f"--episodes {episodes}, --frames {frames}: need >= 1 episode and 2 <= min <= max frames")
     if version not in LAYOUTS:
-        raise ValueError(f"--lerobot_version {version}: write one of {sorted(LAYOUTS)}")
+        raise UsageError(f"--lerobot_version {version}: write one of {sorted(LAYOUTS)}")
 
 
 def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: bool, seed: int, episodes: int,
@@ -403,14 +404,14 @@ def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: 
     """Write (folder name, robot, instruction) datasets under `out`; each appears whole (built aside, moved in)."""
     check_settings(episodes, frames, height, width, version)
     if episodes_per_file is not None and (episodes_per_file < 1 or version != "v3.0"):
-        raise ValueError(f"--episodes_per_file {episodes_per_file}: a positive count, with --lerobot_version v3.0")
+        raise UsageError(f"--episodes_per_file {episodes_per_file}: a positive count, with --lerobot_version v3.0")
     check_out(out, folder=True)
     for name, _, _ in items:  # each dataset folder replaced is one written here before (or an empty one)
         check_out(out / name, folder=True, owned=out / name)
         check_replaceable_folder(out / name, str(DATASET_MARK))
     existing = [out / name for name, _, _ in items if (out / name).exists()]
     if existing and not overwrite:
-        raise FileExistsError(f"{existing[0]} already exists; pass --overwrite to replace the generated folders")
+        raise OutputError(f"{existing[0]} already exists; pass --overwrite to replace the generated folders")
     storage = Storage(version=version, images=images, episodes_per_file=episodes_per_file, modality=modality, fps=fps,
                       gop=gop, codec="png" if images else video_codec())
     out.mkdir(parents=True, exist_ok=True)
@@ -436,7 +437,7 @@ def generate(data_mix: str, out: str | Path, *, datasets: int | None = None, see
     from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES, resolve_mixture
 
     if data_mix not in DATASET_NAMED_MIXTURES:
-        raise ValueError(f"--data_mix {data_mix}: not a mixture; known: {', '.join(DATASET_NAMED_MIXTURES)}")
+        raise UsageError(f"--data_mix {data_mix}: not a mixture; known: {', '.join(DATASET_NAMED_MIXTURES)}")
     entries = resolve_mixture(data_mix)[:datasets]
     items = [(e.dataset, robot_for(e.data_config), f"{Path(e.dataset).name.replace('_', ' ')} task") for e in entries]
     return write_folders(Path(out), items, overwrite=overwrite, seed=seed, episodes=episodes, frames=frames, fps=fps,
@@ -474,16 +475,9 @@ def size_settings(args: argparse.Namespace) -> dict:
 
 
 def run_cli(name: str, write) -> int:
-    """Run a generator's `write()`, print the folders, turn bad settings into exit status 2."""
+    """Run a generator's `write()` and print the folders; a bad setting is one line starting with `name`."""
     configure_logging()
-    try:
-        written = write()
-    except (ValueError, FileExistsError, OutputError) as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 2
-    for folder in written:
-        print(folder)
-    return 0
+    return run_main(lambda: print(*write(), sep="\n"), name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.errors import DiT4DiTError, run_main
 
 log = logging.getLogger("dit4dit.closed_loop")
 
@@ -246,11 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=str(DEFAULT_PYTHON), help="the simulator environment's Python")
     args = parser.parse_args(argv[:split])
     configure_logging()
-    try:
-        return side_process(args, argv[split + 1:])
-    except DiT4DiTError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    return run_main(lambda: side_process(args, argv[split + 1:]))
 
 
 if __name__ == "__main__":

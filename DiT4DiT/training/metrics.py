@@ -185,7 +185,11 @@ def trim_metrics(run_dir: Path, step: int) -> None:
     path = run_dir / METRICS_FILE
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except UnicodeDecodeError as error:
+        raise MetricsFileError(f"{path}: not UTF-8 text (byte {error.start}), not the run's JSON lines; restore it "
+                               "from a backup of the run folder, or remove it, then resume again") from None
     records = []
     for number, line in enumerate(lines, start=1):
         try:
@@ -195,6 +199,10 @@ def trim_metrics(run_dir: Path, step: int) -> None:
                 raise MetricsFileError(f"{path}, line {number}: not valid JSON, and not the last line (which a kill "
                                        "can cut off); repair or remove the line, then resume again") from None
             log.warning("%s: dropped its last line, cut off when the run was killed: %r", path, line[:80])
+            continue
+        if not isinstance(records[-1], dict):
+            raise MetricsFileError(f"{path}, line {number}: a JSON {type(records[-1]).__name__}, not a record "
+                                   "(an object per line); repair or remove the line, then resume again")
     kept = [r for r in records if r.get("step", 0) <= step and not any(key in r for key in CLOSING_KEYS)]
     atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in kept)))
 
@@ -240,6 +248,11 @@ def plot_loss_curve(run_dir: Path) -> Path | None:
     axes[-1, 0].set_xlabel("optimizer step")
     fig.tight_layout()
     path = run_dir / LOSS_CURVE_FILE
-    fig.savefig(path)
-    plt.close(fig)
+    try:  # written after the final model: a full disk here costs the picture, not the run
+        fig.savefig(path)
+    except OSError as error:
+        log.warning("%s not written (%s); metrics.jsonl holds the same values", path, error.strerror or error)
+        return None
+    finally:
+        plt.close(fig)
     return path

@@ -55,7 +55,7 @@ def check_resources(cfg: DictConfig, num_processes: int, device: torch.device) -
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # as torchrun sets it: processes on this node
     data, base_model = cfg.datasets.vla_data, Path(cfg.framework.cosmos25.base_model)
     views = mixture_views(data.data_mix, data.data_config)
-    estimate = estimate_training_memory(base_model, cfg, num_processes, views)
+    estimate = estimate_training_memory(base_model, cfg, num_processes, views, device_kind=device.type)
     on_host = device_total_bytes(device) is None
     training = int(estimate.total_gib * GIB) if estimate is not None and on_host else 0
     host = HostNeed.of(cfg, base_model, local_processes, views, training)

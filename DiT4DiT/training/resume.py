@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from DiT4DiT.config.schema import leaves
+from DiT4DiT.config.schema import ConfigError, leaves, read_config_file
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import is_under
@@ -85,16 +85,21 @@ def check_config_unchanged(cfg: DictConfig, run_dir: Path, resume: Resume, num_p
     """ResumeError when the run's config.yaml is missing (a weights-only resume writes the current one), or when a
     compared key or the process count changed."""
     saved_path, saved_processes = run_dir / CONFIG, resume.num_processes
+    copy = resume.state / CONFIG if resume.state is not None else None
+    restore = (f"cp {copy} {saved_path}" if copy is not None and copy.is_file() else
+               "restore it from a backup of the run folder (or start a new run with another --run_id)")
     if not saved_path.is_file() and not resume.weights_only:
-        copy = resume.state / CONFIG
-        restore = (f"cp {copy} {saved_path}" if copy.is_file() else
-                   "restore it from a backup of the run folder (or start a new run with another --run_id)")
         raise ResumeError(f"{saved_path} is missing: resume compares the run's config with it, and the exported and "
                           f"served run folder needs it. Restore it: {restore}")
+    saved = None
+    if saved_path.is_file():
+        try:  # bounded, and one line when damaged (the state keeps a copy to restore it from)
+            saved = read_config_file(saved_path)
+        except ConfigError as error:
+            raise ResumeError(f"the run's {error}. Restore it: {restore}") from None
     allowed = allowed_changes(cfg)
     # Both as a run folder records them (computed defaults resolved), so a recorded DiT size equals a null one.
-    changes = (config_changes(recorded_config(OmegaConf.load(saved_path)), recorded_config(cfg), allowed)
-               if saved_path.is_file() else [])
+    changes = config_changes(recorded_config(saved), recorded_config(cfg), allowed) if saved is not None else []
     if saved_processes is not None and saved_processes != num_processes:
         changes.append(f"{NUM_PROCESSES}: {saved_processes!r} -> {num_processes!r} (cannot change: each rank's random "
                        "state and optimizer shard are saved; pass --num_processes to match)")
@@ -123,7 +128,14 @@ def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
         if is_main:
             save_dataset_statistics(datasets[0].statistics(), path)
         return
-    saved = json.loads(path.read_text())
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
+        raise ResumeError(f"{path}: not readable as the run's statistics ({error}); restore it from a backup of the "
+                          "run folder, or start a new run with another --run_id") from None
+    if not isinstance(saved, dict):
+        raise ResumeError(f"{path}: holds a {type(saved).__name__}, not the run's statistics (an object of embodiment "
+                          "tags); restore it from a backup of the run folder, or start a new run with another --run_id")
     for dataset in datasets:
         for tag, current in list(dataset.normalizers.items()):
             if tag not in saved:

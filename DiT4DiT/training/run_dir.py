@@ -7,6 +7,7 @@ second run with the same run_id out. A lock left by a dead process on this host 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -207,6 +208,30 @@ def claim_run_dir(run_dir: Path, is_resume: bool, move_aside: bool) -> RunLock:
         raise
     remove_stale_temporaries(run_dir)
     return lock
+
+
+class RunDirLostError(DiT4DiTError, RuntimeError):
+    """The run directory stopped taking writes mid-run (deleted, made read-only, its permissions taken)."""
+
+
+# What a write into a folder that was deleted, remounted read-only or chmod-ed under a running job fails with.
+LOST_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EROFS, errno.EACCES, errno.EPERM, errno.ESTALE)
+
+
+@contextmanager
+def writes_lost_as_one_line(run_dir: Path):
+    """A failed write into `run_dir` during training as a RunDirLostError naming the file and what to do."""
+    try:
+        yield
+    except OSError as error:
+        folder = Path(os.path.abspath(run_dir))
+        where = Path(os.path.abspath(error.filename)) if isinstance(error.filename, str) else None
+        if error.errno not in LOST_ERRNOS or where is None or folder not in (where, *where.parents):
+            raise
+        raise RunDirLostError(
+            f"{where}: {error.strerror}: the run folder {run_dir} was deleted, made read-only or lost its "
+            "permissions mid-run; the training states saved before stay as they are. Make it writable (or restore "
+            "it), then continue with --trainer.is_resume true") from None
 
 
 @contextmanager

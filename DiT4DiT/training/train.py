@@ -15,6 +15,12 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
+
+if not __package__:  # run as a script (accelerate launch, python): a missing package is one line, not a traceback
+    sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the checkout holding this file provides DiT4DiT
+    from DiT4DiT.requirements_check import TRAINING, require
+    require("DiT4DiT/training/train.py", TRAINING)
 
 import torch
 import torch.distributed as dist
@@ -25,7 +31,7 @@ from omegaconf import DictConfig
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
 from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.config.validate import validate_training_config
-from DiT4DiT.errors import DiT4DiTError, TrainingError
+from DiT4DiT.errors import DiT4DiTError, TrainingError, run_main
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
@@ -111,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()  # each message once in train.log, rank-tagged where rank-specific
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers forks badly with DataLoader workers
     accelerator = None
-    try:
+
+    def train() -> None:
+        nonlocal accelerator
         cfg = parse_config(argv)
         for warning in validate_training_config(cfg):
             log.warning(warning)
@@ -119,16 +127,18 @@ def main(argv: list[str] | None = None) -> int:
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
         with run_dirs.claimed(accelerator, cfg):
             Trainer(cfg, accelerator, build_optimizer, train_step).train()
-    except DiT4DiTError as error:  # one line, once: by the main process when every rank raised the same
+
+    def said_by(error: DiT4DiTError) -> str | None:  # one line, once: by the main process when all ranks raised it
         many = accelerator is not None and accelerator.num_processes > 1
-        if not (many and error.same_on_every_rank and not accelerator.is_main_process):
-            prefix = f"[rank {accelerator.process_index}] " if many and not error.same_on_every_rank else ""
-            print(f"{prefix}{error.label}: {error}", file=sys.stderr)
-        return error.exit_code
+        if many and error.same_on_every_rank and not accelerator.is_main_process:
+            return None
+        return (f"[rank {accelerator.process_index}] " if many and not error.same_on_every_rank else "") + error.label
+
+    try:
+        return run_main(train, said_by)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

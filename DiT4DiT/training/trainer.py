@@ -33,6 +33,7 @@ from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, modu
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
+from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, original_server_note, save_config
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
@@ -159,6 +160,7 @@ class Trainer:
     def train(self) -> Path:
         settings, last = self.settings, self.settings.max_train_steps
         with contextlib.ExitStack() as cleanup:
+            cleanup.enter_context(run_dirs.writes_lost_as_one_line(self.run_dir))  # exited last: sees every error
             if self.logger is not None:
                 cleanup.callback(self.logger.close)
             stop = preemption.StopSignal().install(collective_timeout(self.cfg))

@@ -38,6 +38,12 @@ def _files(root: Path) -> set[Path]:
     return {path for path in root.rglob("*")}
 
 
+def error_lines(err: str) -> list[str]:
+    """stderr without log records (and their indented continuation lines) and progress bars: the error lines."""
+    return [line for line in err.splitlines() if line.strip() and not LOG_RECORD.match(line) and not line[0].isspace()
+            and not PROGRESS_BAR.search(line)]
+
+
 def check_bad_input(case: BadInput, tmp_path: Path, capsys, base_model: Path | None = None,
                     data_root: Path | None = None) -> str:
     """Runs the row; returns its error line. Without `base_model`/`data_root`, empty folders stand in (enough for
@@ -56,9 +62,7 @@ def check_bad_input(case: BadInput, tmp_path: Path, capsys, base_model: Path | N
                  "--trackers=[jsonl]", "--datasets.vla_data.num_workers=0",
                  *(arg.replace("{tmp}", str(tmp_path)) for arg in case.args)])
     err = capsys.readouterr().err
-    # Log records (and their indented continuation lines) and progress bars are not the error line.
-    lines = [line for line in err.splitlines() if line.strip() and not LOG_RECORD.match(line) and not line[0].isspace()
-             and not PROGRESS_BAR.search(line)]
+    lines = error_lines(err)
     assert code == case.exit_status, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert len(lines) == 1, f"expected one error line, got {lines}"

@@ -80,9 +80,10 @@ class DiT4DiT(nn.Module):
         dtype, device = self.action_model.dtype, features.device
         actions = to_device(_stack_field(examples, "action"), device, dtype)
         if actions.shape[1] != self.chunk_len:
-            raise ValueError(
+            raise ConfigError(
                 f"examples carry {actions.shape[1]} action steps but the model expects "
-                f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}"
+                f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}; make the data's action "
+                "chunk and future_action_window_size agree"
             )
         mask = to_device(_stack_field(examples, "action_mask"), device, torch.bool)
         state = self._state(examples, dtype, device)
@@ -112,8 +113,9 @@ class DiT4DiT(nn.Module):
         if backbone.future_video_loss is not None:
             losses["future_video_loss"] = backbone.future_video_loss
         if not losses:
-            raise ValueError(
-                "framework.cosmos25.training=video needs future frames, but the examples carry one frame each"
+            raise ConfigError(
+                "framework.cosmos25.training=video needs future frames, but the examples carry one frame each; give "
+                "datasets.vla_data.video_delta_indices more than one frame, or train with training=joint or action"
             )
         return losses
 

@@ -13,20 +13,26 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from DiT4DiT.config.errors import ConfigError
+
+
+class RunFileMissing(ConfigError, FileNotFoundError):
+    """A checkpoint, or its run folder's config or statistics, that is not there."""
+
 
 def _run_files(pretrained_checkpoint: str | Path, config_name: str) -> tuple[Path, Path]:
     checkpoint = Path(pretrained_checkpoint)
     if not checkpoint.is_file():
-        raise FileNotFoundError(f"Pretrained checkpoint `{checkpoint}` does not exist.")
+        raise RunFileMissing(f"Pretrained checkpoint `{checkpoint}` does not exist; give an existing .pt file")
     if checkpoint.suffix != ".pt":
-        raise ValueError(f"{checkpoint}: a checkpoint is a .pt file two levels below its run folder "
-                         "(<run_dir>/checkpoints/steps_N_pytorch_model.pt or <run_dir>/final_model/pytorch_model.pt)")
+        raise ConfigError(f"{checkpoint}: a checkpoint is a .pt file two levels below its run folder "
+                          "(<run_dir>/checkpoints/steps_N_pytorch_model.pt or <run_dir>/final_model/pytorch_model.pt)")
     run_dir = checkpoint.parents[1]
     config, statistics = run_dir / config_name, run_dir / "dataset_statistics.json"
     for path in (config, statistics):
         if not path.is_file():
-            raise FileNotFoundError(f"Missing `{path.name}` for run_dir {run_dir} (the folder two levels above "
-                                    f"{checkpoint.name}); a run folder holds {config_name} and dataset_statistics.json")
+            raise RunFileMissing(f"Missing `{path.name}` for run_dir {run_dir} (the folder two levels above "
+                                 f"{checkpoint.name}); a run folder holds {config_name} and dataset_statistics.json")
     return config, statistics
 
 
@@ -41,11 +47,11 @@ def check_unnorm_key(norm_stats: dict, unnorm_key: str | None, source: str = "th
     deployment helpers and the policy server both choose with it."""
     if unnorm_key is None:
         if len(norm_stats) != 1:
-            raise ValueError(f"{source} holds statistics for {sorted(norm_stats)}; pick one with unnorm_key "
-                             "(the server's --unnorm_key)")
+            raise ConfigError(f"{source}: the model was trained on more than one dataset tag; pass unnorm_key, one "
+                              f"of {sorted(norm_stats)} (the server's --unnorm_key)")
         return next(iter(norm_stats))
     if unnorm_key not in norm_stats:
-        raise ValueError(f"unnorm_key {unnorm_key!r} is not in {source}; it holds {sorted(norm_stats)}")
+        raise ConfigError(f"unnorm_key {unnorm_key!r} is not in {source}; choose another: it holds {sorted(norm_stats)}")
     return unnorm_key
 
 

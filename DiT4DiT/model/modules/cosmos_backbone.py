@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
@@ -281,7 +282,7 @@ class CosmosFeatureExtractor(nn.Module):
         depend on the batch it is in (the server batches requests); None draws from torch's default generator."""
         batch, _, height, width = cond_frames.shape
         if height % FRAME_SIDE_MULTIPLE or width % FRAME_SIDE_MULTIPLE:
-            raise ValueError(
+            raise ConfigError(
                 f"frame size {height}x{width} (HxW): Cosmos needs height and width that are multiples of "
                 f"{FRAME_SIDE_MULTIPLE}; set datasets.vla_data.image_size to a multiple of {FRAME_SIDE_MULTIPLE} (e.g. 224)"
             )
@@ -457,9 +458,10 @@ class CosmosBackboneInterface(nn.Module):
         num_frames = video.shape[1]
         # datasets.vla_data.views=as_frames puts each camera's frames after the previous one's: a whole multiple.
         if num_frames > 1 and num_frames % self.num_frames_out:
-            raise ValueError(
+            raise ConfigError(
                 f"samples carry {num_frames} frames but the config gives {self.num_frames_out} per camera "
-                "(datasets.vla_data.video_delta_indices subsampled by action_video_freq_ratio)"
+                "(datasets.vla_data.video_delta_indices subsampled by action_video_freq_ratio); send that many "
+                "frames per camera, or serve the run whose config matches the frames"
             )
         return video[:, 0], (video[:, 1:] if num_frames > 1 else None)
 

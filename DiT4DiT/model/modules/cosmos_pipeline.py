@@ -16,26 +16,6 @@ from typing import Any
 import torch
 
 
-# transformer/config.json of the 2B snapshot (diffusers' Cosmos-2.5-Predict-Base-2B conversion): 2048 wide, 28 blocks.
-COSMOS_2B_TRANSFORMER_CONFIG = dict(
-    in_channels=17,  # 16 latent channels + the condition mask
-    out_channels=16,
-    num_attention_heads=16,
-    attention_head_dim=128,
-    num_layers=28,
-    mlp_ratio=4.0,
-    text_embed_dim=1024,
-    adaln_lora_dim=256,
-    max_size=(128, 240, 240),
-    patch_size=(1, 2, 2),
-    rope_scale=(1.0, 3.0, 3.0),
-    concat_padding_mask=True,
-    extra_pos_embed_type=None,
-    use_crossattn_projection=True,
-    crossattn_proj_in_channels=100352,  # 28 text-encoder layers x 3584
-    encoder_hidden_states_channels=1024,
-)
-
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 class NoOpSafetyChecker:

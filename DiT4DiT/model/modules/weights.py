@@ -18,6 +18,8 @@ from DiT4DiT.errors import DiT4DiTError
 class CheckpointMismatchError(DiT4DiTError, ValueError):
     """A weights file that does not fit the model built from its config."""
 
+    exit_code = 2
+
 
 def load_trained_weights(
     model: nn.Module,

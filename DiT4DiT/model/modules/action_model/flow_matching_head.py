@@ -12,6 +12,7 @@ import torch
 from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.modules.action_model.cross_attention_dit import DiT
 from DiT4DiT.model.modules.host_to_device import to_device
@@ -113,8 +114,9 @@ class FlowmatchingActionHead(nn.Module):
         if self.state_encoder is None:
             return None
         if state is None:
-            raise ValueError(
-                "the action head was built with a state encoder (framework.action_model.state_dim > 0); pass 'state'"
+            raise ConfigError(
+                "the action head was built with a state encoder (framework.action_model.state_dim > 0) but the "
+                "examples carry no 'state'; set framework.action_model.state_dim=0 or train on data with a state"
             )
         return self.state_encoder(state)
 

@@ -1,0 +1,274 @@
+"""Does a training run fit its devices, and if not, the smallest change that does.
+
+    python -m DiT4DiT.doctor.memory_plan --table      # docs/full-size.md's table: 4 configs x 4 devices
+
+The doctor and the launcher's preflight call `plan()` with the config, the number of processes, the ZeRO stage
+and the free memory of the smallest device (npu-smi, nvidia-smi, or --device_memory_gib). A run fits when the
+memory estimate (DiT4DiT/memory_estimate.py) stays within HEADROOM of that memory. When it does not, each change
+is tried on a copy of the config, in this order, alone and then stacked: activation checkpointing; a smaller
+per-device batch with gradient accumulation raised to keep the global batch; ZeRO-3; more processes (a full
+node, then more nodes). Every candidate is one line with its estimate and the exact launcher flags.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from DiT4DiT.memory_estimate import Estimate, estimate_training_memory
+
+REPO = Path(__file__).resolve().parents[2]
+# The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
+HEADROOM = 0.9
+ZERO2_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"
+ZERO3_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero3.yaml"
+PER_NODE = {"npu": 16, "cuda": 8}  # devices of an Atlas 800T A3 node / a usual GPU node
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str  # npu or cuda
+    memory_gib: float  # what the device reports as its total (npu-smi: 65536 MB per A3 die or A2 device)
+
+
+DEVICES = {
+    "a3": Device("A3 die, 64 GB", "npu", 64.0),
+    "a2": Device("A2, 64 GB", "npu", 64.0),
+    "gpu80": Device("80 GB GPU", "cuda", 79.6),  # H100/A100 80 GB: nvidia-smi reports 81559 MiB
+    "h200": Device("H200, 141 GB", "cuda", 140.4),  # nvidia-smi reports 143771 MiB
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a launch decides besides the config."""
+
+    processes_per_node: int
+    machines: int = 1
+    zero_stage: int = 2
+
+    @property
+    def processes(self) -> int:
+        return self.processes_per_node * self.machines
+
+
+@dataclass(frozen=True)
+class Option:
+    change: str  # what changes, in words
+    flags: list[str]  # the launcher flags that make it (scripts/train_8p.sh / accelerate-launched trainer keys)
+    estimate: Estimate
+    fits: bool
+
+
+@dataclass
+class Plan:
+    free_gib: float
+    current: Estimate
+    fits: bool
+    options: list[Option] = field(default_factory=list)
+
+    @property
+    def limit_gib(self) -> float:
+        return HEADROOM * self.free_gib
+
+    @property
+    def best(self) -> Option | None:
+        return next((o for o in self.options if o.fits), None)
+
+    def lines(self) -> list[str]:
+        """The plan for people: the verdict, then every candidate with its numbers and flags."""
+        head = (f"need ~{self.current.total_gib:.1f} GiB/device (weights+optimizer {self.current.static_gib:.1f}, "
+                f"activations {self.current.activation_gib:.1f}) vs {self.limit_gib:.1f} GiB usable "
+                f"({HEADROOM:.0%} of {self.free_gib:.1f} GiB free)")
+        if self.fits:
+            return [f"fits as is: {head}"]
+        lines = [f"does not fit: {head}"]
+        for option in self.options:
+            mark = "fits" if option.fits else "not enough"
+            lines.append(f"  {mark}: {option.change}: ~{option.estimate.total_gib:.1f} GiB  {' '.join(option.flags)}")
+        best = self.best
+        lines.append(f"smallest change that fits: {best.change}: {' '.join(best.flags)}" if best else
+                     "no change tried fits: freeze more (trainer.freeze_modules) or use devices with more memory")
+        return lines
+
+
+def with_keys(cfg, **keys):
+    """A copy of `cfg` with dotted keys set (keys the schema does not keep yet are added)."""
+    from omegaconf import OmegaConf, open_dict
+
+    changed = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(changed, False)  # the loaded config is read-only; this copy is the plan's own
+    with open_dict(changed):
+        for key, value in keys.items():
+            OmegaConf.update(changed, key.replace("__", "."), value, merge=False, force_add=True)
+    return changed
+
+
+def _candidates(cfg, run: Run, kind: str):
+    """(kind of change, in words, flags, cfg, run) for each single change, cheapest kind first; within a kind
+    from the mildest to the strongest."""
+    data = cfg.datasets.vla_data
+    batch, accumulation = int(data.per_device_batch_size), int(cfg.trainer.gradient_accumulation_steps)
+    if not cfg.trainer.enable_gradient_checkpointing:
+        yield ("checkpointing", "activation checkpointing on", ["--trainer.enable_gradient_checkpointing=true"],
+               with_keys(cfg, trainer__enable_gradient_checkpointing=True), run)
+    for smaller in sorted((b for b in range(1, batch) if batch % b == 0), reverse=True):
+        steps = accumulation * batch // smaller
+        yield ("batch", f"per-device batch {smaller} x {steps} accumulation steps (global batch "
+               f"{smaller * steps * run.processes} kept)",
+               [f"--per_device_batch_size={smaller}", f"--trainer.gradient_accumulation_steps={steps}"],
+               with_keys(cfg, datasets__vla_data__per_device_batch_size=smaller,
+                         trainer__gradient_accumulation_steps=steps), run)
+    if run.zero_stage < 3:
+        yield ("zero3", "ZeRO-3 (weights and gradients sharded too)", [f"--launch_config={ZERO3_LAUNCH_CONFIG}"], cfg,
+               Run(run.processes_per_node, run.machines, 3))
+    node = PER_NODE[kind]
+    per_node = max(run.processes_per_node, node)
+    for machines in (run.machines, run.machines * 2, run.machines * 4):
+        if per_node * machines > run.processes:
+            flags = [f"--num_processes={per_node}"] + ([f"--num_machines={machines}"] if machines > 1 else [])
+            yield ("processes", f"{machines} node(s) x {per_node} processes (global batch "
+                   f"x{per_node * machines / run.processes:g})", flags, cfg, Run(per_node, machines, run.zero_stage))
+
+
+def plan(base_model: Path, cfg, run: Run, views: int, free_gib: float, kind: str = "npu") -> Plan | None:
+    """Whether `cfg` fits devices with `free_gib` free and, if not, the options (None without safetensors):
+    per kind of change the mildest that fits (or the strongest), then, if none fits alone, the kinds stacked."""
+    def estimate(c, r: Run) -> Estimate | None:
+        return estimate_training_memory(base_model, c, r.processes, views, zero_stage=r.zero_stage, device_kind=kind)
+
+    current = estimate(cfg, run)
+    if current is None:
+        return None
+    limit = HEADROOM * free_gib
+    result = Plan(free_gib, current, current.total_gib <= limit)
+    if result.fits:
+        return result
+    by_kind: dict[str, Option] = {}
+    for group, change, flags, c, r in _candidates(cfg, run, kind):
+        if group in by_kind and by_kind[group].fits:
+            continue
+        est = estimate(c, r)
+        by_kind[group] = Option(change, flags, est, est.total_gib <= limit)
+    result.options += by_kind.values()
+    if result.best is None:  # stack the kinds in order (each: its mildest that fits, else its strongest)
+        stacked_cfg, stacked_run, changes, stacked_flags = cfg, run, [], {}
+        while steps := list(_candidates(stacked_cfg, stacked_run, kind)):
+            group = steps[0][0]
+            variants = [(s, estimate(s[3], s[4])) for s in steps if s[0] == group]
+            (_, change, flags, stacked_cfg, stacked_run), est = next(
+                (v for v in variants if v[1].total_gib <= limit), variants[-1])
+            changes.append(change)
+            stacked_flags.update(flag.split("=", 1) for flag in flags)
+            if len(changes) > 1:
+                result.options.append(Option(" + ".join(changes), [f"{k}={v}" for k, v in stacked_flags.items()], est,
+                                             est.total_gib <= limit))
+            if est.total_gib <= limit or group == "processes":
+                break
+    return result
+
+
+def nvidia_free_gib() -> float | None:
+    """Free memory of the fullest visible GPU from nvidia-smi, or None where it does not answer."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    values = [float(v) for v in out.stdout.split() if v.replace(".", "", 1).isdigit()]
+    return min(values) / 1024 if out.returncode == 0 and values else None
+
+
+def device_free_gib(kind: str, topo=None) -> float | None:
+    """Free memory of the fullest device this node will use: npu-smi's HBM (`topo`, npu_topology) or nvidia-smi."""
+    if kind == "npu" and topo is not None:
+        free = [c.hbm_free_mb for c in topo.visible if c.hbm_free_mb is not None]
+        return min(free) / 1024 if free else None
+    return nvidia_free_gib() if kind == "cuda" else None
+
+
+def launch_zero_stage(launch_config: str | Path, repo: Path) -> int:
+    """The ZeRO stage of an accelerate config: deepspeed_config.zero_stage, else its deepspeed_config_file's
+    zero_optimization.stage; 0 without DeepSpeed (plain DDP: nothing shared)."""
+    import json
+
+    import yaml
+
+    path = Path(launch_config) if Path(launch_config).is_absolute() else repo / launch_config
+    ds = ((yaml.safe_load(path.read_text()) or {}).get("deepspeed_config") or {}) if path.is_file() else {}
+    if "zero_stage" in ds:
+        return int(ds["zero_stage"])
+    ds_file = Path(ds.get("deepspeed_config_file", ""))
+    ds_file = ds_file if ds_file.is_absolute() else repo / ds_file
+    return int(json.loads(ds_file.read_text()).get("zero_optimization", {}).get("stage", 0)) if ds_file.is_file() else 0
+
+
+def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) -> list[str]:
+    """Markdown rows: each config on each device with `processes` processes, ZeRO-2 -> fits as is / fits with ...;
+    a config that turns checkpointing on gets a second row without it."""
+    from DiT4DiT.config.schema import load_config
+    from DiT4DiT.memory_estimate import mixture_views
+
+    header = "| config | " + " | ".join(d.name for d in DEVICES.values()) + " |"
+    rows = [header, "|" + "---|" * (len(DEVICES) + 1)]
+    variants = []
+    for name, path in configs.items():
+        cfg = load_config(path, [])
+        variants.append((name, cfg))
+        if cfg.trainer.enable_gradient_checkpointing:  # and what the plan says without it
+            variants.append((f"{name} without checkpointing", with_keys(cfg, trainer__enable_gradient_checkpointing=False)))
+    for name, cfg in variants:
+        views = mixture_views(cfg.datasets.vla_data.data_mix, cfg.datasets.vla_data.data_config)
+        cells = []
+        for device in DEVICES.values():
+            per_node = min(processes, PER_NODE[device.kind])
+            run = Run(per_node, max(processes // per_node, 1))
+            result = plan(base_model, cfg, run, views, device.memory_gib, device.kind)
+            of = f"of {result.limit_gib:.0f} GiB"
+            if result.fits:
+                cells.append(f"fits as is ({result.current.total_gib:.0f} {of})")
+            elif result.best:
+                cells.append(f"fits with {result.best.change} ({result.best.estimate.total_gib:.0f} {of}; "
+                             f"{result.current.total_gib:.0f} as is): `{' '.join(result.best.flags)}`")
+            else:
+                cells.append(f"does not fit ({result.current.total_gib:.0f} {of})")
+        rows.append(f"| {name} (batch {cfg.datasets.vla_data.per_device_batch_size}, {views} view(s), "
+                    f"{'checkpointing' if cfg.trainer.enable_gradient_checkpointing else 'no checkpointing'}) | " + " | ".join(cells) + " |")
+    return rows
+
+
+ORIGINAL_CONFIGS = {
+    "robotwin": "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml",
+    "libero": "DiT4DiT/config/libero/dit4dit_libero.yaml",
+    "robocasa_gr1": "DiT4DiT/config/robocasa/dit4dit_robocasa_gr1.yaml",
+    "g1": "DiT4DiT/config/real_robot/dit4dit_g1.yaml",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.doctor.memory_plan", description=__doc__.split("\n")[0])
+    parser.add_argument("--table", action="store_true", help="print the fits table of the original's four configs")
+    parser.add_argument("--processes", type=int, default=16, help="processes of the job (default 16)")
+    parser.add_argument("--base_model", help="a snapshot folder (default: the real 2B sizes, headers only)")
+    args = parser.parse_args(argv)
+    if not args.table:
+        parser.error("nothing to do: pass --table (the doctor and the launcher print the plan for a run)")
+    configs = {name: REPO / path for name, path in ORIGINAL_CONFIGS.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        base_model = Path(args.base_model) if args.base_model else None
+        if base_model is None:
+            from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+
+            base_model = write_shapes_only(Path(tmp) / "Cosmos-Predict2.5-2B-shapes")
+        print("\n".join(fits_table(base_model, configs, args.processes)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,234 @@
+"""Full-size rehearsal on a CPU: the real job at the real width, batch 1, through the real entry points.
+
+    python bench/full_size_rehearsal.py [--snapshot DIR] [--workdir DIR] [--min_available_gib 16]
+    make rehearsal
+
+Each phase is its own process, as users run it; its wall time and peak RSS (wait4's ru_maxrss: the process and
+the children it waited for) go into the table, with the memory estimate for the same run next to the training
+phases' peaks:
+  snapshot       python -m DiT4DiT.tools.full_size_cosmos (skipped when --snapshot holds a complete one)
+  doctor         python -m DiT4DiT.doctor, robotwin config, 16 processes of an A3 node (fake npu-smi)
+  preflight      python -m DiT4DiT.launch --dry-run, the same job: its memory plan and preflight
+  train          accelerate launch of DiT4DiT/training/train.py: robotwin config (3 views of 224 px, 8 frames,
+                 joint mode) at batch 1 for 2 steps, a training state saved after each; the prompt store is written
+                 at its real size (512 x 28 x 3584 bf16 per instruction)
+  resume         step 2's state moved aside, --trainer.is_resume true: continues from step 1; step 2's losses must
+                 equal the uninterrupted run's
+  checkpointing  1 step with --trainer.enable_gradient_checkpointing=true
+  serve          python -m DiT4DiT.serving.server on the run's final weights, answering one request
+To fit 24 GB the text encoder, the VAE and the transformer's blocks are frozen (the 2B optimizer state would need
+~33 GB); the patch embedding before block 0, the text projection, the output layer and the action head train, so
+the video loss's backward still passes through all 28 blocks. Heavy phases wait until MemAvailable reaches
+--min_available_gib (the machine may be shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from DiT4DiT import cosmos_2b  # noqa: E402
+from DiT4DiT.memory_estimate import GIB  # noqa: E402
+
+ROBOTWIN = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
+FROZEN = ("backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae,"
+          "backbone_interface.extractor.transformer.transformer_blocks")
+FAKE_BIN = REPO / "tests" / "fakes" / "bin"
+HEAVY = ("snapshot", "train", "resume", "checkpointing", "serve")
+
+
+def available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def wait_for_memory(need_gib: float, phase: str, patience_s: int = 1800) -> None:
+    deadline = time.monotonic() + patience_s
+    while available_gib() < need_gib:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{phase}: MemAvailable stayed below {need_gib} GiB for {patience_s} s; try later")
+        print(f"{phase}: waiting for {need_gib} GiB available (now {available_gib():.1f})", flush=True)
+        time.sleep(30)
+
+
+def run_phase(name: str, command: list[str], log: Path, env: dict | None = None) -> dict:
+    """Run `command`, its output to `log`; wall time, peak RSS (GiB) and exit status."""
+    start = time.monotonic()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=out,
+                                   stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - start
+    print(f"{name}: exit {process.returncode}, {wall:.0f} s, peak RSS {usage.ru_maxrss / 2**20:.2f} GiB ({log})",
+          flush=True)
+    return {"phase": name, "wall_s": wall, "peak_rss_gib": usage.ru_maxrss / 2**20, "exit": process.returncode,
+            "log": str(log)}
+
+
+def trainer_args(snapshot: Path, data: Path, work: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "DiT4DiT/config/deepseeds/cpu.yaml",
+            "--num_processes", "1", "DiT4DiT/training/train.py", "--config_yaml", ROBOTWIN,
+            *training_overrides(snapshot, data, work), *extra]
+
+
+# --smoke: the test-size snapshot (4 blocks of width 32) with the robotwin config's backbone keys fitted to it.
+SMOKE_KEYS = ["--framework.cosmos25.extract_layer=2", "--framework.cosmos25.vl_hidden_dim=32",
+              "--framework.action_model.diffusion_model_cfg.cross_attention_dim=32"]
+
+
+def training_overrides(snapshot: Path, data: Path, work: Path) -> list[str]:
+    return [f"--framework.cosmos25.base_model={snapshot}", f"--datasets.vla_data.data_root_dir={data}",
+            f"--run_root_dir={work / 'runs'}", "--run_id=rehearsal", "--trackers=[jsonl]",
+            f"--datasets.vla_data.cache_dir={work / 'cache'}", "--datasets.vla_data.num_workers=0",
+            "--datasets.vla_data.per_device_batch_size=1", "--trainer.max_train_steps=2",
+            "--trainer.save_interval=1", "--trainer.logging_frequency=1", f"--trainer.freeze_modules={FROZEN}",
+            # The run measures its peak against the estimate; the start-up check would compare the same estimate
+            # with a shared machine's momentary MemAvailable.
+            "--trainer.ignore_resource_check=true"]
+
+
+def estimate_gib(snapshot: Path, data: Path, work: Path, *extra: str) -> float:
+    """The memory estimate for the rehearsal's own run: one CPU process, no DeepSpeed."""
+    from DiT4DiT.config.schema import load_config, normalize_cli_overrides
+    from DiT4DiT.memory_estimate import estimate_training_memory
+
+    overrides = normalize_cli_overrides([*training_overrides(snapshot, data, work), *extra])
+    cfg = load_config(str(REPO / ROBOTWIN), overrides)
+    return estimate_training_memory(snapshot, cfg, 1, 3, zero_stage=0, device_kind="cpu").total_gib
+
+
+def step_losses(metrics: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return {r["step"]: {k: r[k] for k in ("action_loss", "future_video_loss", "total_loss")} for r in rows
+            if "total_loss" in r}
+
+
+def serve_once(final: Path, log: Path) -> dict:
+    """The server on the run's final weights, one request from a client, then SIGTERM."""
+    code = (
+        "import os, signal, subprocess, sys, time, re, threading\n"
+        "sys.path[:0] = [%r, %r]\n"
+        "import bench_serving\n"
+        "from DiT4DiT.serving.client import PolicyClient\n"
+        "process, port = bench_serving.start_server(%r, 'cpu')\n"
+        "client = PolicyClient('127.0.0.1', port, wait_s=1800)\n"
+        "started = time.monotonic(); reply = client.infer([bench_serving.request_for(client.metadata)])\n"
+        "print('request answered in %%.1f s:' %% (time.monotonic() - started), {k: getattr(v, 'shape', v) for k, v in reply.items()})\n"
+        "client.close(); process.send_signal(signal.SIGTERM); print('server exit', process.wait(timeout=120))\n"
+    ) % (str(REPO), str(REPO / "bench"), str(final))
+    return run_phase("serve", [sys.executable, "-c", code], log)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--snapshot", type=Path, default=REPO / "playground/Pretrained_models/Cosmos-Predict2.5-2B-random",
+                        help="the full-size snapshot (written there when absent)")
+    parser.add_argument("--workdir", type=Path, default=None, help="runs, data and logs (default: a temporary folder)")
+    parser.add_argument("--min_available_gib", type=float, default=16.0,
+                        help="MemAvailable a heavy phase waits for (default 16)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--smoke", action="store_true",
+                        help="check this script in minutes: a test-size snapshot (python -m DiT4DiT.tools.full_size_cosmos "
+                             "--size test) instead of the full one")
+    args = parser.parse_args()
+    keys = SMOKE_KEYS if args.smoke else []
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="full_size_rehearsal_"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {"PYTHONPATH": str(REPO), "WANDB_MODE": "offline", "OMP_NUM_THREADS": str(os.cpu_count() or 1),
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    fake_a3 = {"PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_NPU_SMI_LAYOUT": "a3",
+               "FAKE_NPU_SMI_IDLE": "1"}
+    rows = []
+    from DiT4DiT.pipeline_folder import pipeline_folder_problems
+
+    if pipeline_folder_problems(args.snapshot):
+        wait_for_memory(args.min_available_gib / 2, "snapshot")
+        size = ["--size", "test"] if args.smoke else []
+        rows.append(run_phase("snapshot", [sys.executable, "-m", "DiT4DiT.tools.full_size_cosmos", "--out",
+                                           str(args.snapshot), "--overwrite", *size], work / "snapshot.log", env))
+    data = work / "data"
+    if not data.is_dir():
+        subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_robotwin", "--out", str(data)], cwd=REPO,
+                       env={**os.environ, **env}, check=True, capture_output=True)
+    job = ["--config_yaml", ROBOTWIN, "--base_model", str(args.snapshot), "--num_processes", "16"]
+    # The doctor and the launcher check the job as configured; with --smoke its keys do not fit the small snapshot.
+    rows.append(run_phase("doctor", [sys.executable, "-m", "DiT4DiT.doctor", *job], work / "doctor.log",
+                          {**env, **fake_a3}))
+    rows.append(run_phase("preflight", [sys.executable, "-m", "DiT4DiT.launch", "--dry-run", "--device=npu",
+                                        f"--config_yaml={ROBOTWIN}", f"--base_model={args.snapshot}",
+                                        f"--data_root_dir={data}", "--num_processes=16"],
+                          work / "preflight.log", {**env, **fake_a3}))
+
+    run_dir = work / "runs" / "rehearsal"
+    wait_for_memory(args.min_available_gib, "train")
+    train = run_phase("train", trainer_args(args.snapshot, data, work, *keys), work / "train.log", env)
+    train["estimate_gib"] = estimate_gib(args.snapshot, data, work, *keys)
+    rows.append(train)
+    uninterrupted = step_losses(run_dir / "metrics.jsonl") if train["exit"] == 0 else {}
+    store = sorted((work / "cache").rglob("prompt_embeddings/**/*.safetensors"))
+    aside = work / "aside"
+    if train["exit"] == 0:
+        aside.mkdir(exist_ok=True)
+        for name in ("checkpoints/steps_2_training_state", "checkpoints/steps_2_pytorch_model.pt", "final_model"):
+            shutil.move(str(run_dir / name), str(aside / Path(name).name))
+        wait_for_memory(args.min_available_gib, "resume")
+        resume = run_phase("resume", trainer_args(args.snapshot, data, work, *keys, "--trainer.is_resume=true"),
+                           work / "resume.log", env)
+        resume["estimate_gib"] = train["estimate_gib"]
+        resumed = step_losses(run_dir / "metrics.jsonl") if resume["exit"] == 0 else {}
+        resume["result"] = ("step 2 losses equal" if resumed.get(2) == uninterrupted.get(2) and 2 in resumed
+                            else f"step 2 differs: {uninterrupted.get(2)} vs {resumed.get(2)}")
+        rows.append(resume)
+        if not (run_dir / "final_model").is_dir():  # the resume failed: serve the uninterrupted run's weights
+            shutil.move(str(aside / "final_model"), str(run_dir / "final_model"))
+    checkpointing = ("--trainer.enable_gradient_checkpointing=true", "--trainer.max_train_steps=1",
+                     "--run_id=rehearsal_checkpointing")
+    wait_for_memory(args.min_available_gib, "checkpointing")
+    ckpt = run_phase("checkpointing", trainer_args(args.snapshot, data, work, *keys, *checkpointing),
+                     work / "checkpointing.log", env)
+    ckpt["estimate_gib"] = estimate_gib(args.snapshot, data, work, *keys, *checkpointing)
+    rows.append(ckpt)
+    final = run_dir / "final_model" / "pytorch_model.pt"
+    if final.is_file():  # the server reads the run folder around it: config.yaml, dataset statistics
+        wait_for_memory(args.min_available_gib / 2, "serve")
+        rows.append(serve_once(final, work / "serve.log"))
+
+    print(f"\nfull-size rehearsal, {os.cpu_count()} CPU cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM, "
+          f"snapshot {args.snapshot}\n")
+    print("| phase | exit | wall s | peak RSS GiB | estimate GiB | peak / estimate | note |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        est = row.get("estimate_gib")
+        ratio = f"{row['peak_rss_gib'] / est:.2f}" if est else "-"
+        print(f"| {row['phase']} | {row['exit']} | {row['wall_s']:.0f} | {row['peak_rss_gib']:.2f} | "
+              f"{f'{est:.2f}' if est else '-'} | {ratio} | {row.get('result', '')} |")
+    if uninterrupted:
+        print(f"\nlosses (uninterrupted): {uninterrupted}")
+    print(f"prompt store: {len(store)} embedding file(s), {sum(p.stat().st_size for p in store) / 2**20:.0f} MiB "
+          f"(one embedding: {cosmos_2b.prompt_embedding_bytes() / 2**20:.0f} MiB)")
+    for log, marker in (("doctor.log", "device_memory"), ("preflight.log", "memory:")):
+        text = (work / log).read_text().splitlines()
+        start = next((i for i, line in enumerate(text) if marker in line), None)
+        if start is not None:
+            print(f"{log.split('.')[0]}: " + "\n  ".join(line.strip() for line in text[start:start + 6]
+                                                         if line.startswith((" ", marker, "PASS", "FAIL", "SKIP"))))
+    print(f"logs: {work}")
+    if not args.keep and args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The memory plan (DiT4DiT/doctor/memory_plan.py): whether a run fits, and the smallest change that does, on the
+real 2B sizes (a shapes-only snapshot: real headers, no weights); through the doctor (fake npu-smi) and the
+launcher's preflight (in-process, made-up machines)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from DiT4DiT.config.schema import load_config
+from DiT4DiT.doctor import memory_plan
+from DiT4DiT.memory_estimate import estimate_training_memory
+from DiT4DiT.launch import options, plan as planning
+from DiT4DiT.launch.host_kind import Host
+from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+from helpers.doctor_runs import ROOT, doctor
+
+ROBOTWIN = ROOT / memory_plan.ORIGINAL_CONFIGS["robotwin"]
+LIBERO = ROOT / memory_plan.ORIGINAL_CONFIGS["libero"]
+A3 = Host("npu", 16, 16, "a3", "npu-smi lists 16 devices (A3, detected)")
+FAKE_NVIDIA = ROOT / "tests" / "fakes" / "nvidia_bin"
+
+
+@pytest.fixture(scope="module")
+def real_sizes(tmp_path_factory):
+    return write_shapes_only(tmp_path_factory.mktemp("cosmos") / "shapes")
+
+
+def test_zero3_and_checkpointing_lower_the_estimate(real_sizes):
+    cfg = memory_plan.with_keys(load_config(LIBERO, []), trainer__enable_gradient_checkpointing=False)
+    two, three = (estimate_training_memory(real_sizes, cfg, 16, 2, zero_stage=z) for z in (2, 3))
+    assert three.static_gib < two.static_gib and three.activation_gib == two.activation_gib
+    on = estimate_training_memory(real_sizes, memory_plan.with_keys(cfg, trainer__enable_gradient_checkpointing=True), 16, 2)
+    assert on.activation_gib < two.activation_gib / 5 and on.static_gib == two.static_gib
+    ddp = estimate_training_memory(real_sizes, cfg, 16, 2, zero_stage=0)  # nothing shared without DeepSpeed
+    assert ddp.static_gib > two.static_gib
+
+
+def test_fitting_run_has_no_options(real_sizes):
+    result = memory_plan.plan(real_sizes, load_config(ROBOTWIN, []), memory_plan.Run(16), 3, free_gib=60.7)
+    assert result.fits and result.options == [] and result.lines()[0].startswith("fits as is: need ~")
+
+
+def test_each_kind_of_change_is_a_line_with_numbers_and_flags(real_sizes):
+    cfg = load_config(ROBOTWIN, [])  # batch 4, 3 views, no checkpointing
+    result = memory_plan.plan(real_sizes, cfg, memory_plan.Run(16), 3, free_gib=35.0)
+    assert not result.fits
+    changes = {o.flags[0].split("=")[0]: o for o in result.options}
+    assert set(changes) == {"--trainer.enable_gradient_checkpointing", "--per_device_batch_size", "--launch_config",
+                            "--num_processes"}
+    batch = changes["--per_device_batch_size"]
+    smaller, steps = (int(f.split("=")[1]) for f in batch.flags)
+    assert smaller * steps == 4 and f"global batch {4 * 16} kept" in batch.change  # the global batch is kept
+    assert result.best.flags == ["--trainer.enable_gradient_checkpointing=true"]  # the cheapest kind that fits
+    assert all(o.estimate.total_gib <= 0.9 * 35.0 for o in result.options if o.fits)
+    lines = result.lines()
+    assert lines[0].startswith("does not fit: need ~") and "31.5 GiB usable (90% of 35.0 GiB free)" in lines[0]
+    assert lines[-1] == "smallest change that fits: activation checkpointing on: --trainer.enable_gradient_checkpointing=true"
+
+
+def test_changes_are_stacked_when_none_fits_alone(real_sizes):
+    # trains everything, text encoder included, at batch 16; its YAML's checkpointing off
+    cfg = memory_plan.with_keys(load_config(LIBERO, []), trainer__enable_gradient_checkpointing=False)
+    result = memory_plan.plan(real_sizes, cfg, memory_plan.Run(2), 2, free_gib=60.7)
+    best = result.best
+    assert best is not None and " + " in best.change
+    assert "--trainer.enable_gradient_checkpointing=true" in best.flags and "--num_processes=16" in best.flags
+    assert not any(o.fits for o in result.options[:4])  # no single change was enough
+
+
+def test_launch_config_gives_the_zero_stage():
+    assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/deepspeed_zero2.yaml", ROOT) == 2
+    assert memory_plan.launch_zero_stage(memory_plan.ZERO3_LAUNCH_CONFIG, ROOT) == 3
+    assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/cpu.yaml", ROOT) == 0
+
+
+def test_gpu_free_memory_comes_from_nvidia_smi(monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKE_NVIDIA}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_FREE_MIB", "81000 40960")
+    assert memory_plan.device_free_gib("cuda") == 40.0  # the fullest GPU decides
+
+
+def test_fits_table_covers_every_config_and_device(real_sizes):
+    configs = {name: ROOT / path for name, path in memory_plan.ORIGINAL_CONFIGS.items()}
+    rows = memory_plan.fits_table(real_sizes, configs)
+    assert len(rows) == 2 + 4 + 3 and all(row.count("|") == len(memory_plan.DEVICES) + 2 for row in rows)
+    for row in rows[2:]:
+        assert all(cell.strip().startswith(("fits as is", "fits with", "does not fit")) for cell in row.split("|")[2:-1])
+
+
+@pytest.mark.slow
+def test_doctor_names_the_smallest_change(real_sizes):
+    args = ("--config_yaml", str(ROBOTWIN), "--base_model", str(real_sizes), "--num_processes", "16")
+    _, fits = doctor(*args, layout="a3")
+    assert fits["device_memory"].startswith("PASS") and "fits as is" in fits["device_memory"]
+    _, tight = doctor(*args, "--device_memory_gib", "35", layout="a3")
+    assert tight["device_memory"].startswith("FAIL")
+    assert tight["device_memory"].endswith("-> fix: activation checkpointing on: --trainer.enable_gradient_checkpointing=true")
+
+
+def test_preflight_refuses_a_run_that_does_not_fit(real_sizes, tmp_path):
+    facts = planning.Facts(env={}, detect=lambda device, soc: A3, package_lib=lambda name: None,
+                           device_free_gib=lambda host: 60.7)
+    argv = [f"--base_model={real_sizes}", f"--data_root_dir={tmp_path}", "--dry-run"]
+    fits = planning.build(options.parse(argv, tmp_path), facts)
+    assert fits.memory[0].startswith("fits as is") and not any("device memory" in p for p in fits.problems)
+    assert "memory: fits as is" in planning.dry_run(fits)
+    tight = planning.build(options.parse(argv + ["--device_memory_gib=35"], tmp_path), facts)
+    problem = next(p for p in tight.problems if p.startswith("device memory: does not fit"))
+    assert "smallest change that fits: activation checkpointing on: --trainer.enable_gradient_checkpointing=true" in problem
+    with pytest.raises(options.UsageError, match="--device_memory_gib=lots"):
+        options.parse(["--device_memory_gib=lots"], tmp_path)
