@@ -43,22 +43,23 @@ class HostNeed:
     weights: int  # bytes per process, as loaded
     batch: int  # bytes of one micro-batch of frames
     workers: int
-    training: int  # bytes per process that train on the host (CPU device), else 0
+    training: int  # bytes per process that train on the host (CPU device), else 0; the weights included
 
     @property
     def per_process(self) -> int:
-        return (self.weights + self.batch * (1 + self.workers * PREFETCH_FACTOR) + self.workers * WORKER_PROCESS_BYTES
-                + self.training)
+        return (max(self.weights, self.training) + self.batch * (1 + self.workers * PREFETCH_FACTOR)
+                + self.workers * WORKER_PROCESS_BYTES)
 
     @property
     def total(self) -> int:
         return self.processes * self.per_process
 
     def describe(self) -> str:
-        training = f" + {self.training / GIB:.1f} GiB training on the host" if self.training else ""
-        return (f"{self.processes} process(es) x ({self.weights / GIB:.1f} GiB weights + micro-batch of frames "
+        model = (f"{self.training / GIB:.1f} GiB training on the host (weights included)" if self.training > self.weights
+                 else f"{self.weights / GIB:.1f} GiB weights")
+        return (f"{self.processes} process(es) x ({model} + micro-batch of frames "
                 f"{self.batch / GIB:.2f} GiB x (1 + {self.workers} workers x {PREFETCH_FACTOR} prefetched) + "
-                f"{self.workers} workers x {WORKER_PROCESS_BYTES / GIB:.2f} GiB{training}) = {self.total / GIB:.1f} GiB")
+                f"{self.workers} workers x {WORKER_PROCESS_BYTES / GIB:.2f} GiB) = {self.total / GIB:.1f} GiB")
 
 
 def frames_batch_bytes(data: DictConfig, views: int) -> int:
