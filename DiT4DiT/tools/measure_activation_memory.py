@@ -1,7 +1,7 @@
 """Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
 DiT4DiT/doctor/memory_estimate.py holds (MEASURED).
 
-    python -m DiT4DiT.tools.measure_activation_memory              # real width: 1 min on 2 cores, 2.2 GiB
+    python -m DiT4DiT.tools.measure_activation_memory              # real width: ~2 min on 2 cores, 2.3 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
 
 Real components with random weights in bf16, run under bf16 autocast as training runs them:
