@@ -3,7 +3,7 @@
 
 Every process on the node holds its weights while loading (4 B per parameter in float32, else 2 B), plus one
 micro-batch of float32 frames in its own hands and `PREFETCH_FACTOR` more in each data worker, plus each worker's
-own pages; a run that trains on the host adds its device estimate.
+own pages; a run that trains on the host needs its device estimate instead of the weights (it includes them).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class HostNeed:
     weights: int  # bytes per process, as loaded
     batch: int  # bytes of one micro-batch of frames
     workers: int
-    training: int = 0  # bytes per process that train on the host (CPU device), else 0
+    training: int = 0  # bytes per process that train on the host (CPU device), else 0; the weights included
 
     @classmethod
     def of(cls, cfg, base_model: Path, processes: int, views: int, training: int = 0) -> "HostNeed":
@@ -49,15 +49,16 @@ class HostNeed:
 
     @property
     def per_process(self) -> int:
-        return (self.weights + self.batch * (1 + self.workers * PREFETCH_FACTOR) + self.workers * WORKER_PROCESS_BYTES
-                + self.training)
+        return (max(self.weights, self.training) + self.batch * (1 + self.workers * PREFETCH_FACTOR)
+                + self.workers * WORKER_PROCESS_BYTES)
 
     @property
     def total(self) -> int:
         return self.processes * self.per_process
 
     def describe(self) -> str:
-        training = f" + {self.training / GIB:.1f} GiB training on the host" if self.training else ""
-        return (f"{self.processes} process(es) x ({self.weights / GIB:.1f} GiB weights + micro-batch of frames "
+        model = (f"{self.training / GIB:.1f} GiB training on the host (weights included)" if self.training > self.weights
+                 else f"{self.weights / GIB:.1f} GiB weights")
+        return (f"{self.processes} process(es) x ({model} + micro-batch of frames "
                 f"{self.batch / GIB:.2f} GiB x (1 + {self.workers} workers x {PREFETCH_FACTOR} prefetched) + "
-                f"{self.workers} workers x {WORKER_PROCESS_BYTES / GIB:.2f} GiB{training}) = {self.total / GIB:.1f} GiB")
+                f"{self.workers} workers x {WORKER_PROCESS_BYTES / GIB:.2f} GiB) = {self.total / GIB:.1f} GiB")

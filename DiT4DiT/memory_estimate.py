@@ -1,9 +1,13 @@
 """Per-device memory need of a training run, from safetensors headers, the config and measured activations.
 
-Static part, exact up to the action head: frozen weights in bf16 (2 B/param) and, per trainable parameter, bf16
-weights and gradients (2 + 2 B) plus fp32 master weights and Adam moments (12 B). ZeRO-2 shares the 12 B across
-the processes; ZeRO-3 shares everything and gathers up to `stage3_max_live_parameters` at a time. A frozen text
-encoder is released once the prompt store holds every instruction, so it counts only at start-up.
+Static part, exact up to the action head, per stored tensor: a tensor is frozen when `trainer.freeze_modules` names
+its module or one containing it (tensor names prefixed by the component's module path). Under DeepSpeed (bf16, the
+whole model cast): frozen weights 2 B/param and, per trainable parameter, bf16 weights and gradients (2 + 2 B) plus
+fp32 master weights and Adam moments (12 B); ZeRO-2 shares the 12 B across the processes, ZeRO-3 shares everything
+and gathers up to `stage3_max_live_parameters` at a time. Without DeepSpeed (stage 0) nothing is cast: the
+pipeline's parts keep `framework.cosmos25.torch_dtype`, the action head float32 (as torch builds it), and plain
+AdamW keeps gradients and both moments in each parameter's own dtype (4 x its bytes per trainable parameter). A
+frozen text encoder is released once the prompt store holds every instruction, so it counts only at start-up.
 
 Activations come from MEASURED: bytes that autograd saves for backward (and peaks of the no-grad passes), counted
 on the CPU with real components at the real width by `python -m DiT4DiT.tools.measure_activation_memory`, which
@@ -44,6 +48,9 @@ MEASURED = {
     "video_pass_block": {"per_video_token": 218956.0, "per_text_token": 24640.0, "per_sample": 0.0, "per_pass": 0},
     "video_pass_outside": {"per_video_token": 26260.0, "per_text_token": 204800.0, "per_sample": -569344.0,
                            "per_pass": 602112},
+    # The blocks' weights frozen, what comes before them trained: frozen linear layers save no input.
+    "video_pass_frozen_block": {"per_video_token": 164172.0, "per_text_token": 20544.0, "per_sample": 0.0,
+                                "per_pass": 0},
     "video_pass_checkpointed_block": {"per_video_token": 4096.0, "per_text_token": 0.0, "per_sample": 0.0,
                                       "per_pass": 0},
     "video_pass_checkpointed_outside": {"per_video_token": 37524.0, "per_text_token": 204800.0, "per_sample": 32768.0,
@@ -63,20 +70,30 @@ NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN = 2 * 4
 # DeepSpeed ZeRO-3 gathers at most this many parameters at once (ds_zero3.json's stage3_max_live_parameters).
 ZERO3_MAX_LIVE_PARAMETERS = 10**9
 MEASURED_HEAD = ("DiT-B", 16)  # the action head MEASURED holds: (type, layers)
+# Bytes per parameter of the action head outside DeepSpeed: torch builds it in float32 and nothing casts it (the
+# pipeline's parts load in framework.cosmos25.torch_dtype); its step runs under float32 autocast.
+HEAD_BYTES_WITHOUT_DEEPSPEED = 4
 
 
-def safetensors_param_count(folder: Path) -> int | None:
-    """Parameters stored in the *.safetensors files of a folder (header only), or None when there are none."""
+def safetensors_tensor_sizes(folder: Path) -> dict[str, int] | None:
+    """Elements of each tensor stored in the *.safetensors files of a folder (headers only), by name, or None when
+    there are none."""
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         return None
-    total = 0
+    sizes = {}
     for path in files:
         with path.open("rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(length))
-        total += sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
-    return total
+        sizes.update({name: math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__"})
+    return sizes
+
+
+def safetensors_param_count(folder: Path) -> int | None:
+    """Parameters stored in the *.safetensors files of a folder (header only), or None when there are none."""
+    sizes = safetensors_tensor_sizes(folder)
+    return None if sizes is None else sum(sizes.values())
 
 
 def param_bytes(torch_dtype: str) -> int:
@@ -105,7 +122,7 @@ class Estimate:
     static_gib: float  # weights, gradients and optimizer state while training
     activation_gib: float  # activations of one micro-batch at its peak
     tokens_per_sample: int  # video tokens the transformer sees per sample
-    startup_gib: float = 0.0  # weights while the text encoder fills the prompt store, before it is released
+    startup_gib: float = 0.0  # memory while the text encoder fills the prompt store (after prepare, before step 1)
 
     @property
     def total_gib(self) -> float:
@@ -113,11 +130,31 @@ class Estimate:
 
 
 PARTS = {name: f"backbone_interface.extractor.{name}" for name in ("text_encoder", "transformer", "vae")}
+# The transformer's modules after its last block: training only these keeps no block's activations for backward.
+OUTPUT_LAYERS = ("norm_out", "proj_out")
 
 
 def is_frozen(module: str, freeze_modules: str | None) -> bool:
     """Whether `trainer.freeze_modules` freezes `module`: it names the module or one that contains it."""
     return is_under(module, module_paths(freeze_modules))
+
+
+@dataclass(frozen=True)
+class PartSize:
+    frozen: int  # parameters
+    trainable: int
+    graph_through_blocks: bool = False  # the transformer: something at or before its blocks trains
+    blocks_frozen: bool = False  # the transformer: every weight of its blocks is frozen
+
+
+def part_sizes(tensors: dict[str, int], module: str, freeze_modules: str | None) -> PartSize:
+    """Frozen and trainable parameters of one component whose stored tensors are `tensors`, each tensor frozen
+    when `trainer.freeze_modules` covers `module`.<its name>."""
+    trainable = {name: n for name, n in tensors.items() if not is_frozen(f"{module}.{name}", freeze_modules)}
+    count = sum(trainable.values())
+    blocks = [name for name in tensors if is_under(name, ("transformer_blocks",))]
+    return PartSize(sum(tensors.values()) - count, count, any(not is_under(name, OUTPUT_LAYERS) for name in trainable),
+                    bool(blocks) and not any(name in trainable for name in blocks))
 
 
 def mixture_views(data_mix: str, data_config: str = "auto") -> int:
@@ -135,17 +172,20 @@ def measured_bytes(row: dict, video_tokens: float, text_tokens: float, batch: in
 
 
 def cosmos_block_saved_bytes(hidden: int, video_tokens: int, text_tokens: int, checkpointing: bool,
-                             batch: int = 1) -> float:
-    """Bytes a video pass saves for backward in one Cosmos block of width `hidden` (bf16 autocast)."""
-    row = MEASURED["video_pass_checkpointed_block" if checkpointing else "video_pass_block"]
+                             batch: int = 1, frozen: bool = False) -> float:
+    """Bytes a video pass saves for backward in one Cosmos block of width `hidden` (bf16 autocast); `frozen`: the
+    block's weights are (a checkpointed block keeps its input either way)."""
+    plain = "video_pass_frozen_block" if frozen else "video_pass_block"
+    row = MEASURED["video_pass_checkpointed_block" if checkpointing else plain]
     return measured_bytes(row, video_tokens, text_tokens, batch) * hidden / MEASURED["hidden"]
 
 
-def video_passes_with_grad(cfg, transformer_frozen: bool) -> int:
-    """Transformer passes per step whose graph is kept for backward: none when nothing in them is trained, the
-    sampled losses' sampler steps, or the one flow-matching pass."""
+def video_passes_with_grad(cfg, graph_through_blocks: bool) -> int:
+    """Transformer passes per step whose blocks keep a graph for backward: none when nothing at or before the
+    blocks trains (frozen blocks still pass the gradient back to a trained patch embedding or text projection),
+    the sampled losses' sampler steps, or the one flow-matching pass."""
     cosmos = cfg.framework.cosmos25
-    if cosmos.training == "action" or transformer_frozen:
+    if cosmos.training == "action" or not graph_through_blocks:
         return 0
     return cosmos.future_num_inference_steps if cosmos.future_loss_type in SAMPLED_LOSS_TYPES else 1
 
@@ -162,10 +202,12 @@ def action_head_saved_bytes(cfg, video_tokens: int, checkpointing: bool) -> floa
     return cfg.trainer.repeated_diffusion_steps * per_copy * size
 
 
-def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: int, transformer_frozen: bool,
-                     head_frozen: bool, device_kind: str) -> float:
+def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: int, transformer: PartSize,
+                     head_frozen: bool, device_kind: str, weight_bytes: int = 2, head_bytes: int = 2) -> float:
     """One micro-batch's peak activation bytes: the prompt embeddings, then the largest of the VAE encode, the
-    feature pass, and what the step keeps until its backward (video passes, the action head, one recomputed block)."""
+    feature pass, and what the step keeps until its backward (video passes, the action head, one recomputed block).
+    `weight_bytes` / `head_bytes`: bytes per element the pipeline's parts / the action head compute in (MEASURED is
+    bf16; float32 modules hold twice the bytes)."""
     cosmos, trainer = cfg.framework.cosmos25, cfg.trainer
     batch, text = cfg.datasets.vla_data.per_device_batch_size, cosmos.max_sequence_length
     hidden, layers = tcfg["num_attention_heads"] * tcfg["attention_head_dim"], tcfg["num_layers"]
@@ -173,55 +215,72 @@ def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: in
     # The stacked text-encoder layers, bf16, held for the whole step (the text projection's input).
     prompts = batch * text * tcfg.get("crossattn_proj_in_channels", tcfg["text_embed_dim"]) * 2
 
-    passes = video_passes_with_grad(cfg, transformer_frozen)
+    passes = video_passes_with_grad(cfg, transformer.graph_through_blocks)
+    frozen = transformer.blocks_frozen
     outside = MEASURED["video_pass_checkpointed_outside" if checkpointing else "video_pass_outside"]
     # The measured text-projection input is the prompts term already counted; the rest scales with the width.
     measured_prompts = batch * text * MEASURED["text_projection_in"] * 2
     rest = max(measured_bytes(outside, tokens, text, batch) - measured_prompts, 0.0) * hidden / MEASURED["hidden"]
-    per_pass = layers * cosmos_block_saved_bytes(hidden, tokens, text, checkpointing, batch) + rest
+    per_pass = layers * cosmos_block_saved_bytes(hidden, tokens, text, checkpointing, batch, frozen) + rest
     if device_kind == "npu":  # every block's copies, or the one block being recomputed
         per_pass += NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN * hidden * tokens * batch * (1 if checkpointing else layers)
     kept = passes * per_pass
     if checkpointing and passes:  # the backward rebuilds one block's activations at a time
-        kept += cosmos_block_saved_bytes(hidden, tokens, text, False, batch)
+        kept += cosmos_block_saved_bytes(hidden, tokens, text, False, batch, frozen)
+    kept *= weight_bytes / 2
     if cosmos.training != "video" and not head_frozen:
-        kept += batch * action_head_saved_bytes(cfg, tokens, checkpointing)
+        kept += batch * action_head_saved_bytes(cfg, tokens, checkpointing) * head_bytes / 2
     vae_row = MEASURED["vae_encode_peak_per_pixel"]["video_5_frames" if passes else "condition_frame"]
     vae = batch * pixels * vae_row * vae_base_dim / MEASURED["vae_base_dim"]
     feature = 0.0
     if cosmos.training != "video":  # the no-grad feature pass, before the video pass
         feature = measured_bytes(MEASURED["feature_pass_peak"], tokens, text, batch) * hidden / MEASURED["hidden"]
-    # MEASURED is bf16; float32 modules (the tiny pipeline) hold twice the bytes.
-    precision = param_bytes(cosmos.torch_dtype) // 2
-    return precision * (prompts + max(vae, feature, kept))
+    scale = weight_bytes / 2
+    return scale * prompts + max(scale * max(vae, feature), kept)
+
+
+def static_bytes(sizes: dict[str, PartSize], zero_stage: int, processes: int, weight_bytes: int,
+                 stepped: bool = True) -> float:
+    """Weights, gradients and optimizer state per process (see the module's docstring); before the first step
+    (`stepped` false) plain AdamW holds no state and no gradient yet, where DeepSpeed allocated its at prepare."""
+    frozen = sum(s.frozen for s in sizes.values())
+    trainable = sum(s.trainable for s in sizes.values())
+    if zero_stage >= 3:
+        gathered = 2 * min(ZERO3_MAX_LIVE_PARAMETERS, frozen + trainable)
+        return (2 * frozen + 16 * trainable) / processes + gathered
+    if zero_stage >= 1:
+        return 2 * frozen + trainable * (4 + 12 / processes)
+    # Plain AdamW: weight, gradient, exp_avg and exp_avg_sq, all in the parameter's dtype.
+    total = 0.0
+    for part, size in sizes.items():
+        bytes_per = HEAD_BYTES_WITHOUT_DEEPSPEED if part == "action_model" else weight_bytes
+        total += bytes_per * (size.frozen + (4 if stepped else 1) * size.trainable)
+    return total
 
 
 def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int, *, zero_stage: int = 2,
                              device_kind: str = "npu") -> Estimate | None:
     """Per-device GiB for `cfg` on `num_processes` devices with `views` cameras side by side per frame, under
-    DeepSpeed ZeRO `zero_stage` (2 or 3) on a `device_kind` device ("npu" adds the fused RoPE's float32 copies;
-    "cuda" or "cpu" does not), or None when the snapshot has no safetensors. Reads checkpointing from
-    trainer.enable_gradient_checkpointing and the batch from datasets.vla_data.per_device_batch_size."""
+    DeepSpeed ZeRO `zero_stage` (2 or 3; 0: no DeepSpeed, plain AdamW in each process) on a `device_kind` device
+    ("npu" adds the fused RoPE's float32 copies; "cuda" or "cpu" does not), or None when the snapshot has no
+    safetensors. Reads checkpointing from trainer.enable_gradient_checkpointing and the batch from
+    datasets.vla_data.per_device_batch_size."""
     base_model = Path(base_model)
-    parts = {p: safetensors_param_count(base_model / p) for p in PARTS}
-    if any(v is None for v in parts.values()):
+    tensors = {p: safetensors_tensor_sizes(base_model / p) for p in PARTS}
+    if any(v is None for v in tensors.values()):
         return None
-    parts["action_model"] = action_head_params(cfg)
-    modules = {**PARTS, "action_model": "action_model"}
-    frozen_parts = {p for p, module in modules.items() if is_frozen(module, cfg.trainer.freeze_modules)}
-    released = ("text_encoder" in frozen_parts and cfg.framework.cosmos25.prompt_cache
+    freeze = cfg.trainer.freeze_modules
+    sizes = {p: part_sizes(t, PARTS[p], freeze) for p, t in tensors.items()}
+    head_frozen = is_frozen("action_model", freeze)
+    head = action_head_params(cfg)
+    sizes["action_model"] = PartSize(head if head_frozen else 0, 0 if head_frozen else head)
+    released = (sizes["text_encoder"].trainable == 0 and cfg.framework.cosmos25.prompt_cache
                 and not cfg.trainer.save_full_state_dict)
     processes = max(num_processes, 1)
-
-    def static_bytes(with_text_encoder: bool) -> float:
-        counted = {p: n for p, n in parts.items() if with_text_encoder or p != "text_encoder" or not released}
-        frozen = sum(n for p, n in counted.items() if p in frozen_parts)
-        trainable = sum(n for p, n in counted.items() if p not in frozen_parts)
-        if zero_stage >= 3:
-            gathered = 2 * min(ZERO3_MAX_LIVE_PARAMETERS, frozen + trainable)
-            return (2 * frozen + 16 * trainable) / processes + gathered
-        shards = processes if zero_stage else 1  # without DeepSpeed (stage 0) each process holds all of AdamW
-        return 2 * frozen + trainable * (4 + 12 / shards)
+    weight_bytes = param_bytes(cfg.framework.cosmos25.torch_dtype)
+    # DeepSpeed's bf16 casts the whole model; without it the action head stays float32.
+    head_bytes = weight_bytes if zero_stage else HEAD_BYTES_WITHOUT_DEEPSPEED
+    running = {p: s for p, s in sizes.items() if p != "text_encoder" or not released}
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
     data = cfg.datasets.vla_data
@@ -230,6 +289,8 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
     vae_base_dim = json.loads((base_model / "vae" / "config.json").read_text()).get("base_dim", MEASURED["vae_base_dim"])
     activations = activation_bytes(cfg, tcfg, vae_base_dim, tokens, views * data.image_size**2,
-                                   "transformer" in frozen_parts, "action_model" in frozen_parts, device_kind)
-    return Estimate(static_gib=static_bytes(False) / GIB, activation_gib=activations / GIB, tokens_per_sample=tokens,
-                    startup_gib=static_bytes(True) / GIB)
+                                   sizes["transformer"], head_frozen, device_kind,
+                                   weight_bytes, head_bytes)
+    return Estimate(static_gib=static_bytes(running, zero_stage, processes, weight_bytes) / GIB,
+                    activation_gib=activations / GIB, tokens_per_sample=tokens,
+                    startup_gib=static_bytes(sizes, zero_stage, processes, weight_bytes, stepped=False) / GIB)

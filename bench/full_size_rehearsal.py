@@ -119,15 +119,15 @@ def step_losses(metrics: Path) -> dict[int, dict]:
 def serve_once(final: Path, log: Path) -> dict:
     """The server on the run's final weights, one request from a client, then SIGTERM."""
     code = (
-        "import os, signal, subprocess, sys, time, re, threading\n"
+        "import sys, time\n"
         "sys.path[:0] = [%r, %r]\n"
         "import bench_serving\n"
         "from DiT4DiT.serving.client import PolicyClient\n"
-        "process, port = bench_serving.start_server(%r, 'cpu')\n"
-        "client = PolicyClient('127.0.0.1', port, wait_s=1800)\n"
-        "started = time.monotonic(); reply = client.infer([bench_serving.request_for(client.metadata)])\n"
+        "server = bench_serving.Server(%r, 'cpu')\n"
+        "client = PolicyClient('127.0.0.1', server.port, wait_s=1800)\n"
+        "started = time.monotonic(); reply = client.infer([bench_serving.request_for(client.metadata, 0)])\n"
         "print('request answered in %%.1f s:' %% (time.monotonic() - started), {k: getattr(v, 'shape', v) for k, v in reply.items()})\n"
-        "client.close(); process.send_signal(signal.SIGTERM); print('server exit', process.wait(timeout=120))\n"
+        "client.close(); print('server exit', server.stop())\n"
     ) % (str(REPO), str(REPO / "bench"), str(final))
     return run_phase("serve", [sys.executable, "-c", code], log)
 

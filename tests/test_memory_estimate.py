@@ -11,22 +11,26 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.memory_estimate import (GIB, MEASURED, NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN,
-                                            cosmos_block_saved_bytes, estimate_training_memory)
+from DiT4DiT.memory_estimate import (GIB, HEAD_BYTES_WITHOUT_DEEPSPEED, MEASURED,
+                                     NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN, action_head_params,
+                                     action_head_saved_bytes, cosmos_block_saved_bytes,
+                                     estimate_training_memory)
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.tools.measure_activation_memory import cosmos_saved_bytes, cosmos_transformer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
-def test_a_measured_block_at_a_smaller_width_matches_the_estimate(checkpointing, one_torch_thread):
+@pytest.mark.parametrize("checkpointing, frozen", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "checkpointed", "frozen"])
+def test_a_measured_block_at_a_smaller_width_matches_the_estimate(checkpointing, frozen, one_torch_thread):
     """2 heads x 128 = 256 wide (the real head width), a shape the table was not measured at: 2 samples of
-    1 latent frame x 10 x 18 patches, 96 text tokens."""
+    1 latent frame x 10 x 18 patches, 96 text tokens; `frozen`: the blocks' weights frozen, the patch embedding
+    before them trained."""
     heads, batch, shape, text = 2, 2, (1, 10, 18), 96
     transformer = cosmos_transformer(heads, blocks=2, text_projection=False)
-    one, two = (cosmos_saved_bytes(transformer, blocks, batch, shape, text, checkpointing) for blocks in (1, 2))
-    estimate = cosmos_block_saved_bytes(heads * 128, 180, text, checkpointing, batch)
+    one, two = (cosmos_saved_bytes(transformer, blocks, batch, shape, text, checkpointing, frozen) for blocks in (1, 2))
+    estimate = cosmos_block_saved_bytes(heads * 128, 180, text, checkpointing, batch, frozen)
     assert two - one == pytest.approx(estimate, rel=0.10)
 
 
@@ -86,3 +90,80 @@ def test_a_released_text_encoder_counts_only_at_start_up(header_only_2b):
     text_encoder = 2 * SNAPSHOT_PARAMETERS["text_encoder"] / GIB
     assert kept.static_gib == pytest.approx(released.static_gib + text_encoder) == released.startup_gib
     assert released.total_gib == max(released.static_gib + released.activation_gib, released.startup_gib)
+
+
+# The transformer's tensors as the real snapshot names them (sizes made up): embeddings before the blocks, two
+# blocks, the output layers after them.
+NAMED_TRANSFORMER = {"patch_embed.proj.weight": 1_000_000, "crossattn_proj.0.weight": 100_000_000,
+                     "time_embed.t_embedder.linear_1.weight": 16_000_000,
+                     "transformer_blocks.0.attn1.to_q.weight": 900_000_000,
+                     "transformer_blocks.1.attn1.to_q.weight": 900_000_000,
+                     "norm_out.linear_1.weight": 1_500_000, "proj_out.weight": 130_000}
+BLOCKS = "backbone_interface.extractor.transformer.transformer_blocks"
+
+
+@pytest.fixture(scope="module")
+def named_2b(tmp_path_factory, header_only_2b) -> Path:
+    """header_only_2b with the transformer stored as NAMED_TRANSFORMER's tensors."""
+    folder = tmp_path_factory.mktemp("cosmos-2b-named")
+    for part in SNAPSHOT_PARAMETERS:
+        (folder / part).symlink_to(header_only_2b / part)
+    (folder / "transformer").unlink()
+    (folder / "transformer").mkdir()
+    (folder / "transformer" / "config.json").write_text(json.dumps(COSMOS_2B_TRANSFORMER_CONFIG))
+    offsets, header = 0, {}
+    for name, count in NAMED_TRANSFORMER.items():
+        header[name] = {"dtype": "BF16", "shape": [count], "data_offsets": [offsets, offsets + 2 * count]}
+        offsets += 2 * count
+    raw = json.dumps(header).encode()
+    (folder / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    return folder
+
+
+def frozen_robotwin(*modules: str):
+    freeze = ",".join(["backbone_interface.extractor.text_encoder", "backbone_interface.extractor.vae", *modules])
+    return robotwin(f"trainer.freeze_modules={freeze}")
+
+
+def test_freezing_counts_each_stored_tensor_under_the_frozen_modules(named_2b):
+    """trainer.freeze_modules naming the transformer's blocks (as the full-size rehearsal does) freezes their
+    tensors only: the embeddings, the text projection and the output layers keep gradients and Adam state, and the
+    video pass keeps the frozen blocks' activations, since its backward goes through them to the patch embedding."""
+    cfg = frozen_robotwin(BLOCKS)
+    est = estimate_training_memory(named_2b, cfg, 16, 3)
+    blocks = sum(n for name, n in NAMED_TRANSFORMER.items() if name.startswith("transformer_blocks."))
+    trainable = sum(NAMED_TRANSFORMER.values()) - blocks + action_head_params(cfg)
+    frozen = blocks + SNAPSHOT_PARAMETERS["vae"]  # the frozen text encoder is released
+    assert est.static_gib * GIB == pytest.approx(2 * frozen + (4 + 12 / 16) * trainable)
+
+    everything = estimate_training_memory(named_2b, frozen_robotwin("backbone_interface.extractor.transformer"), 16, 3)
+    nothing = estimate_training_memory(named_2b, robotwin(), 16, 3)
+    # The frozen blocks' video pass: each block keeps what its backward to the input needs, not its linear inputs.
+    per_block = (cosmos_block_saved_bytes(2048, 1176, 512, False, 4) - cosmos_block_saved_bytes(2048, 1176, 512, False, 4, True))
+    assert per_block > 0.2 * cosmos_block_saved_bytes(2048, 1176, 512, False, 4)
+    assert (nothing.activation_gib - est.activation_gib) * GIB == pytest.approx(28 * per_block)
+    assert everything.activation_gib < est.activation_gib / 5  # no video pass kept: the VAE encode is the peak
+
+    # Training only the output layers keeps no block's activations either.
+    before = ",".join(f"backbone_interface.extractor.transformer.{m}" for m in ("patch_embed", "crossattn_proj", "time_embed"))
+    outputs_only = estimate_training_memory(named_2b, frozen_robotwin(BLOCKS, before), 16, 3)
+    assert outputs_only.activation_gib == everything.activation_gib
+
+
+def test_without_deepspeed_adamw_keeps_its_state_in_each_parameters_dtype(named_2b):
+    """ZeRO stage 0 (plain AdamW, as the CPU trainer and the device check run): bf16 parts hold weight, gradient
+    and two moments in bf16 (8 B per trained parameter), the float32 action head 16 B and float32 activations;
+    before the first step (while the prompt store fills) only the weights exist."""
+    cfg = frozen_robotwin(BLOCKS)
+    plain, zero2 = (estimate_training_memory(named_2b, cfg, 1, 3, zero_stage=z, device_kind="cpu") for z in (0, 2))
+    blocks = sum(n for name, n in NAMED_TRANSFORMER.items() if name.startswith("transformer_blocks."))
+    trained, head = sum(NAMED_TRANSFORMER.values()) - blocks, action_head_params(cfg)
+    frozen = blocks + SNAPSHOT_PARAMETERS["vae"]
+    head_bytes = HEAD_BYTES_WITHOUT_DEEPSPEED
+    assert plain.static_gib * GIB == pytest.approx(2 * frozen + 8 * trained + 4 * head_bytes * head)
+    assert plain.startup_gib * GIB == pytest.approx(2 * (frozen + SNAPSHOT_PARAMETERS["text_encoder"] + trained)
+                                                    + head_bytes * head)
+    assert zero2.static_gib * GIB == pytest.approx(2 * frozen + 16 * (trained + head))
+    # The head computes in float32: twice the bf16 head's saved bytes, for each of the batch's 4 samples.
+    head_saved = 4 * action_head_saved_bytes(cfg, 1176, False)
+    assert (plain.activation_gib - zero2.activation_gib) * GIB == pytest.approx(head_saved)

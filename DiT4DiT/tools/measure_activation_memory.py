@@ -1,14 +1,15 @@
 """Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
 DiT4DiT/memory_estimate.py holds (MEASURED).
 
-    python -m DiT4DiT.tools.measure_activation_memory              # real width: 1 min on 2 cores, 2.2 GiB
+    python -m DiT4DiT.tools.measure_activation_memory              # real width: ~2 min on 2 cores, 2.3 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
 
 Real components with random weights in bf16, run under bf16 autocast as training runs them:
 - Cosmos transformer blocks at the Cosmos-Predict2.5-2B layout (16 heads x 128 = 2048, MLP 4x, AdaLN-LoRA 256,
   cross-attention to 512 text tokens of 1024 projected from 28 x 3584), through our attention processor. Per
   block = (2 blocks) - (1 block); outside = (1 block) - (per block). Each is fitted over two video token counts,
-  two text lengths and a batch of 1 or 2: bytes = batch * (a * video_tokens + b * text_tokens + c) + d.
+  two text lengths and a batch of 1 or 2: bytes = batch * (a * video_tokens + b * text_tokens + c) + d. Also per
+  frozen block (its weights frozen, what comes before trained: the backward still passes through it).
 - The action DiT (the robotwin head: DiT-B, 16 layers, features 2048 wide), bf16 weights as DeepSpeed's bf16
   casts them, dropout 0.2 as the original's configs, in training mode.
 - The Wan2.1 VAE encoding 5 frames, and the feature pass (no grad): the peak bytes of the tensors they hold at once.
@@ -184,24 +185,40 @@ def first_blocks(transformer, count: int):
         transformer.transformer_blocks = blocks
 
 
-def cosmos_saved_bytes(transformer, blocks: int, batch: int, video_shape, text_tokens: int, checkpointing: bool) -> int:
-    """Bytes saved for backward by a video pass through the first `blocks` blocks."""
+@contextlib.contextmanager
+def blocks_frozen(transformer, frozen: bool):
+    """The transformer's blocks frozen (what comes before them still trains, so the backward passes through them:
+    a frozen linear layer saves no input, only what the gradient to that input needs)."""
+    params = list(transformer.transformer_blocks.parameters())
+    for p in params:
+        p.requires_grad_(not frozen)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def cosmos_saved_bytes(transformer, blocks: int, batch: int, video_shape, text_tokens: int, checkpointing: bool,
+                       frozen: bool = False) -> int:
+    """Bytes saved for backward by a video pass through the first `blocks` blocks (`frozen`: their weights)."""
     inputs = transformer_inputs(transformer, batch, video_shape, text_tokens)
     if checkpointing:
         transformer.enable_gradient_checkpointing(checkpointed)
     else:
         transformer.disable_gradient_checkpointing()
-    with first_blocks(transformer, blocks), torch.autocast("cpu", dtype=torch.bfloat16):
+    with (first_blocks(transformer, blocks), blocks_frozen(transformer, frozen),
+          torch.autocast("cpu", dtype=torch.bfloat16)):
         saved, _ = saved_for_backward_bytes(lambda: transformer(**inputs), exclude=transformer.parameters())
-    progress(f"video pass, {blocks} block(s), batch {batch}, {video_shape}, {text_tokens} text tokens, "
-             f"checkpointing {checkpointing}: {saved / 2**20:.1f} MiB saved")
+    progress(f"video pass, {blocks} {'frozen ' if frozen else ''}block(s), batch {batch}, {video_shape}, "
+             f"{text_tokens} text tokens, checkpointing {checkpointing}: {saved / 2**20:.1f} MiB saved")
     return saved
 
 
-def cosmos_block_figures(transformer, checkpointing: bool) -> dict[str, Linear]:
+def cosmos_block_figures(transformer, checkpointing: bool, frozen: bool = False) -> dict[str, Linear]:
     """{'block': one more block, 'outside': the rest (embeddings, text projection, output layer)}."""
-    one = fit(lambda batch, shape, text: cosmos_saved_bytes(transformer, 1, batch, shape, text, checkpointing))
-    two = fit(lambda batch, shape, text: cosmos_saved_bytes(transformer, 2, batch, shape, text, checkpointing))
+    one, two = (fit(lambda batch, shape, text, blocks=blocks: cosmos_saved_bytes(
+        transformer, blocks, batch, shape, text, checkpointing, frozen)) for blocks in (1, 2))
     block = Linear(*(b - a for a, b in zip(vars(one).values(), vars(two).values())))
     outside = Linear(*(a - b for a, b in zip(vars(one).values(), vars(block).values())))
     return {"block": block, "outside": outside}
@@ -279,6 +296,7 @@ def measure_all(heads: int) -> dict:
     for name, checkpointing in (("video_pass", False), ("video_pass_checkpointed", True)):
         for part, line in cosmos_block_figures(transformer, checkpointing).items():
             table[f"{name}_{part}"] = rounded(vars(line))
+    table["video_pass_frozen_block"] = rounded(vars(cosmos_block_figures(transformer, False, frozen=True)["block"]))
     transformer.disable_gradient_checkpointing()
     table["feature_pass_peak"] = rounded(vars(feature_pass_peak(transformer)))
     del transformer
