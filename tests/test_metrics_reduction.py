@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli_runs import run_tree
+from helpers.training_runs import rendezvous_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "workers"))
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow  # accelerate launch of two processes
 
 def test_logged_values_are_the_mean_over_ranks_and_steps_plus_the_loss_maximum(tmp_path):
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", "2",
+               "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", "2", *rendezvous_port(2),
                str(ROOT / "tests" / "workers" / "reduce_metrics.py"), str(tmp_path)]
     result = run_tree(command, cwd=ROOT, timeout=300,
                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})

@@ -16,6 +16,7 @@ from DiT4DiT.model.freezing import freeze_modules
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.prompt_store import PromptStore, PromptStoreError
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
+from helpers.training_runs import rendezvous_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FROZEN = "backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae"
@@ -162,7 +163,7 @@ def test_store_losses_equal_per_step_encoding_bitwise(tiny_model_cfg, tiny_examp
 
 def launch_fill(store_dir: Path, out: Path, processes: int) -> list[dict]:
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes),
+               "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes), *rendezvous_port(processes),
                str(ROOT / "tests" / "workers" / "fill_prompt_store.py"), str(store_dir), str(out)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})

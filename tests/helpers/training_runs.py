@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from DiT4DiT.launch.environment import omp_threads
+from helpers.cli_runs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
@@ -38,8 +39,14 @@ def trainer_command(pipeline: Path, data: Path, run_root: Path, run_id: str, *ov
     return [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes),
-        "DiT4DiT/training/train.py", *trainer_arguments(pipeline, data, run_root, run_id, *overrides),
+        *rendezvous_port(processes), "DiT4DiT/training/train.py", *trainer_arguments(pipeline, data, run_root, run_id, *overrides),
     ]
+
+
+def rendezvous_port(processes: int) -> list[str]:
+    """A free port for a multi-process launch: accelerate's default 29500 is probed and then bound, so two launches
+    that start together on the other test worker can both take it, and a rank joins the other run and waits."""
+    return ["--main_process_port", str(free_port())] if processes > 1 else []
 
 
 def environment(processes: int = 1) -> dict:
