@@ -40,6 +40,7 @@ class Host:
     soc: str  # a2 / a3 on an NPU host, else "none"
     reason: str
     problem: str = ""  # why the host cannot train as this kind; "" when it can
+    topology: npu_topology.Topology | None = None  # what npu-smi listed (its free HBM feeds the memory plan)
 
 
 def python_problem(version: tuple[int, ...]) -> str:
@@ -83,7 +84,7 @@ def _npu_host(soc: str | None, reason_prefix: str) -> Host:
     topo = npu_topology.read_topology(soc)
     if topo is not None:
         reason = f"{reason_prefix}npu-smi lists {len(topo.chips)} devices ({topo.soc.upper()}, {topo.soc_source})"
-        return Host("npu", len(topo.visible), len(topo.chips), topo.soc, reason)
+        return Host("npu", len(topo.visible), len(topo.chips), topo.soc, reason, topology=topo)
     signs = npu_signs()
     seen = ", ".join(signs) if signs else "no NPU sign"
     problem = f"npu-smi is missing or lists no device ({seen}): {NPU_SMI_FIX}"

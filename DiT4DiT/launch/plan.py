@@ -50,10 +50,8 @@ def _package_lib(name: str) -> str | None:
 
 def _device_free_gib(host: Host) -> float | None:
     from DiT4DiT.doctor import memory_plan
-    from DiT4DiT.launch import npu_topology
 
-    topo = npu_topology.read_topology(host.soc if host.soc != "none" else None) if host.kind == "npu" else None
-    return memory_plan.device_free_gib(host.kind, topo)
+    return memory_plan.device_free_gib(host.kind, host.topology)  # npu-smi's answer when the host was detected
 
 
 @dataclass
