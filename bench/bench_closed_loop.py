@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from DiT4DiT.evaluation.metaworld import add_scene_options
+from DiT4DiT.evaluation.metaworld import add_scene_options, dataset_name, training_options
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
@@ -100,8 +100,9 @@ def main() -> int:
                      str(work / "data"), *views, "--overwrite"], env, work / "collect.log")
     run_id = f"{args.task}_{args.demos}demos_{args.steps}steps"
     shutil.rmtree(work / "runs" / run_id, ignore_errors=True)  # a fresh run, not a resume of an earlier bench
-    train_s = run(["bash", "scripts/train_8p.sh", "--device=cpu", "--data_mix=multi_robot",
-                   f"--data_root_dir={work / 'data'}", f"--base_model={TINY_MODEL}", f"--run_root_dir={work / 'runs'}",
+    demos = work / "data" / dataset_name(args.task)
+    train_s = run(["bash", "scripts/train_8p.sh", "--device=cpu", *training_options(demos),
+                   f"--base_model={TINY_MODEL}", f"--run_root_dir={work / 'runs'}",
                    f"--run_id={run_id}", f"--max_train_steps={args.steps}", f"--save_interval={args.steps}",
                    f"--per_device_batch_size={args.batch}", f"--trainer.eval_interval={args.steps}",
                    f"--datasets.vla_data.cache_dir={work / 'cache'}", "--datasets.vla_data.num_workers=0",

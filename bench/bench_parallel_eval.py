@@ -34,6 +34,8 @@ from pathlib import Path
 
 from bench_closed_loop import MODEL_OVERRIDES, ROOT, SIM_PYTHON, TINY_MODEL, free_port, print_report, run
 
+from DiT4DiT.evaluation.metaworld import dataset_name, training_options
+
 TASK = "handle-press-v3"
 SIZE = "32"
 LIBERO_PROTOCOL = 4 * 10 * 50  # suites x tasks x trials
@@ -108,12 +110,12 @@ def evaluate_at(num_envs: int, port: int, server_pid: int, args, out: Path, env:
             "outcomes": summary["outcomes"], "lengths": summary["episode_lengths"]}
 
 
-def train(args, env: dict, work: Path, data: Path, run_id: str, *options: str) -> dict:
+def train(args, env: dict, work: Path, demos: Path, run_id: str, *options: str) -> dict:
     """Train the tiny run; its mean samples/s after the first logging window, wall time, and CPU-seconds of the
     training and of the side processes."""
     shutil.rmtree(work / "runs" / run_id, ignore_errors=True)
-    command = ["bash", "scripts/train_8p.sh", "--device=cpu", "--data_mix=multi_robot", f"--data_root_dir={data}",
-               f"--base_model={TINY_MODEL}", f"--run_root_dir={work / 'runs'}", f"--run_id={run_id}",
+    command = ["bash", "scripts/train_8p.sh", "--device=cpu", *training_options(demos), f"--base_model={TINY_MODEL}",
+               f"--run_root_dir={work / 'runs'}", f"--run_id={run_id}",
                f"--max_train_steps={args.train_steps}", "--save_interval=10", "--trainer.logging_frequency=5",
                f"--trainer.eval_interval={args.train_steps}", "--datasets.vla_data.holdout_episodes=0",
                "--datasets.vla_data.num_workers=0", f"--datasets.vla_data.cache_dir={work / 'cache'}",
@@ -162,9 +164,10 @@ def main() -> int:
     data = work / "data"
     run([str(SIM_PYTHON), "-m", "DiT4DiT.evaluation.metaworld", "collect", "--task", TASK, "--episodes", "2", "--out",
          str(data), "--image_size", SIZE, "--overwrite"], env, work / "collect.log")
+    demos = data / dataset_name(TASK)
     shutil.rmtree(work / "runs" / "served", ignore_errors=True)  # a fresh run, not a resume of an earlier bench
-    run(["bash", "scripts/train_8p.sh", "--device=cpu", "--data_mix=multi_robot", f"--data_root_dir={data}",
-         f"--base_model={TINY_MODEL}", f"--run_root_dir={work / 'runs'}", "--run_id=served", "--max_train_steps=2",
+    run(["bash", "scripts/train_8p.sh", "--device=cpu", *training_options(demos), f"--base_model={TINY_MODEL}",
+         f"--run_root_dir={work / 'runs'}", "--run_id=served", "--max_train_steps=2",
          "--save_interval=2", "--trainer.eval_interval=2", "--datasets.vla_data.holdout_episodes=0",
          "--datasets.vla_data.num_workers=0", f"--datasets.vla_data.cache_dir={work / 'cache'}", "--trackers=[jsonl]",
          *MODEL_OVERRIDES], env, work / "train_served.log")
@@ -199,8 +202,8 @@ def main() -> int:
                                         "fast_render": round(LIBERO_PROTOCOL * fast / 60 / row["speed_up"], 1)}
         for row in rows}
     if args.train_steps:
-        plain = train(args, env, work, data, "plain")
-        with_eval = train(args, env, work, data, "with_eval", "--trainer.closed_loop_eval.interval=10",
+        plain = train(args, env, work, demos, "plain")
+        with_eval = train(args, env, work, demos, "with_eval", "--trainer.closed_loop_eval.interval=10",
                           f"--trainer.closed_loop_eval.task={TASK}", "--trainer.closed_loop_eval.episodes=2",
                           f"--trainer.closed_loop_eval.max_steps={args.max_steps}",
                           f"--trainer.closed_loop_eval.evaluate_options=--image_size {SIZE}",

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from DiT4DiT.evaluation.metaworld import DATA_MIX, DATASET_FOLDER, camera_pair, dataset_action, env_action
+from DiT4DiT.evaluation.metaworld import DATA_CONFIG, camera_pair, dataset_action, env_action
 from helpers.cli_runs import error_lines, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def sim_env() -> Path:
                            timeout=900)
     assert build.returncode == 0, f"make sim-env failed:\n{build.stdout[-2000:]}\n{build.stderr[-2000:]}"
     probe = subprocess.run([str(SIM_PYTHON), "-c", "import sys, DiT4DiT.evaluation.metaworld, DiT4DiT.serving.client, "
-                            "DiT4DiT.tools.tiny_dataset; assert 'torch' not in sys.modules"],
+                            "DiT4DiT.dataloader.writer; assert 'torch' not in sys.modules"],
                            cwd=ROOT, env=env(), capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr  # the client side and the writer import without torch
     return SIM_PYTHON
@@ -64,12 +64,14 @@ def sim_env() -> Path:
 
 @pytest.fixture(scope="session")
 def demos(sim_env, tmp_path_factory) -> Path:
-    """Data root with two handle-press expert demos (32 px), as `collect` writes them."""
+    """The dataset of two handle-press expert demos (32 px), as `collect` writes it: a folder of its own."""
     root = tmp_path_factory.mktemp("metaworld_demos")
     result = metaworld("collect", "--task", TASK, "--episodes", "2", "--out", str(root), "--image_size", SIZE)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"--data_mix={DATA_MIX} --data_root_dir={root}" in result.stdout
-    return root
+    folder = root / f"metaworld_{TASK}_demos"
+    assert [p.name for p in root.iterdir()] == [folder.name]  # nothing else: no LIBERO folder it stands in for
+    assert f"--data_mix={folder} --data_config={DATA_CONFIG}" in result.stdout
+    return folder
 
 
 def test_actions_map_between_the_env_and_the_dataset_layout():
@@ -95,18 +97,18 @@ def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env,
                                                                   episodes):
     from DiT4DiT.dataloader import build_vla_dataset
 
-    root = demos
+    folder = demos
     if version == "v3.0":
-        root = tmp_path / "v3"
-        result = metaworld("collect", "--task", TASK, "--episodes", str(episodes), "--out", str(root),
+        result = metaworld("collect", "--task", TASK, "--episodes", str(episodes), "--out", str(tmp_path / "v3"),
                            "--lerobot_version", "v3.0", "--image_size", "48")
         assert result.returncode == 0, result.stderr[-3000:]
-    folder = root / DATASET_FOLDER
+        folder = tmp_path / "v3" / f"metaworld_{TASK}_demos"
     info = json.loads((folder / "meta/info.json").read_text())
     assert info["codebase_version"] == version and info["total_episodes"] == episodes
     side = 48 if version == "v3.0" else int(SIZE)
     assert info["features"]["observation.images.primary_image"]["shape"] == [side, side, 3]
-    dataset = build_vla_dataset(data_cfg(root, DATA_MIX, "datasets.vla_data.max_state_dim=16",
+    dataset = build_vla_dataset(data_cfg(folder.parent, str(folder), f"datasets.vla_data.data_config={DATA_CONFIG}",
+                                         "datasets.vla_data.max_state_dim=16",
                                          "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32",
                                          "datasets.vla_data.holdout_episodes=0"))  # v3.0 has one episode
     stats = dataset.statistics()["franka"]
@@ -248,8 +250,9 @@ def test_an_unknown_task_and_a_missing_server_are_one_line_errors(sim_env, tmp_p
 def demo_ckpt(demos, tiny_pipeline_dir, tmp_path_factory) -> Path:
     """steps_2_pytorch_model.pt of a 2-step launcher run on the demos."""
     runs = tmp_path_factory.mktemp("metaworld_runs")
-    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
-                            f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
+    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={demos}",
+                            f"--data_config={DATA_CONFIG}", f"--base_model={tiny_pipeline_dir}",
+                            f"--run_root_dir={runs}",
                             "--run_id=mw", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
                             "--datasets.vla_data.holdout_episodes=0",  # no held-out pass: the closed loop tests
                             f"--datasets.vla_data.cache_dir={runs / 'cache'}", "--datasets.vla_data.num_workers=0",
@@ -436,8 +439,9 @@ def test_training_logs_closed_loop_success_rates_from_a_side_process(demos, tiny
     from PIL import Image
 
     runs = tmp_path / "runs"
-    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={DATA_MIX}",
-                            f"--data_root_dir={demos}", f"--base_model={tiny_pipeline_dir}", f"--run_root_dir={runs}",
+    train = subprocess.run(["bash", "scripts/train_8p.sh", "--device=cpu", f"--data_mix={demos}",
+                            f"--data_config={DATA_CONFIG}", f"--base_model={tiny_pipeline_dir}",
+                            f"--run_root_dir={runs}",
                             "--run_id=mw_cl", "--max_train_steps=2", "--save_interval=2", "--trainer.eval_interval=2",
                             "--datasets.vla_data.holdout_episodes=0", "--datasets.vla_data.num_workers=0",
                             f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}", "--trackers=[jsonl]", *MODEL,

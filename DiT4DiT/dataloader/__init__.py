@@ -1,7 +1,7 @@
 """Data pipeline: LeRobot datasets (v2.x / v3.0, videos or images) → mixture samples in the original's example-dict format.
 
 Names are imported on first use, so the config rules (and the simulator environments, which have no torch) can
-read the mixtures, data configs and the tiny-dataset writer without torch.
+read the mixtures and data configs and use the writer without torch.
 """
 
 import importlib

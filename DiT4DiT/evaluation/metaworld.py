@@ -1,13 +1,14 @@
 """Meta-World in closed loop: scripted-expert demonstrations as a LeRobot dataset, success rates through the server.
 
     python -m DiT4DiT.evaluation.metaworld collect --task handle-press-v3 --episodes 50 --out DATA_ROOT
+    bash scripts/train_8p.sh --data_mix=DATA_ROOT/metaworld_handle-press-v3_demos --data_config=libero_franka
     python -m DiT4DiT.evaluation.metaworld evaluate --server 127.0.0.1:10093 --task handle-press-v3 --episodes 50 --out DIR
     python -m DiT4DiT.evaluation.metaworld evaluate --policy zero --task handle-press-v3 --episodes 50 --out DIR
     ... evaluate ... --num_envs 4     # four simulator processes, the same per-episode results
 
 Runs in `.venv-metaworld` (`make sim-env`; no torch there) and renders headless (MUJOCO_GL=egl, else osmesa).
-The dataset goes to DATA_ROOT/LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot, the folder the built-in
-`multi_robot` mixture reads with the `libero_franka` data config, in this layout (one value per key):
+The dataset goes to DATA_ROOT/metaworld_<task>_demos, a dataset of its own that training reads by path with the
+`libero_franka` data config (its Franka state and action keys), in this layout (one value per key):
   state  x y z        hand position (m)
          roll pitch yaw   position of the task's first object (m): Meta-World's hand does not rotate
          pad          0
@@ -33,9 +34,7 @@ import difflib
 import logging
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,8 +52,6 @@ log = logging.getLogger("dit4dit.metaworld")
 
 SUITE = "metaworld"
 DATA_CONFIG = "libero_franka"
-DATA_MIX = "multi_robot"
-DATASET_FOLDER = "LEROBOT_LIBERO_DATA/libero_10_no_noops_1.0.0_lerobot"
 VIEWS = ("primary_image", "wrist_image")  # the dataset's cameras, in the order `--cameras` names them
 DEFAULT_CAMERAS = ("corner", "gripperPOV")
 # Our own camera besides Meta-World's named ones: the working area seen from across the table, so a goal in front
@@ -84,6 +81,16 @@ def task_names() -> list[str]:
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 
     return list(ALL_V3_ENVIRONMENTS)
+
+
+def dataset_name(task: str) -> str:
+    """The folder collect writes a task's demonstrations to, under its --out."""
+    return f"metaworld_{task}_demos"
+
+
+def training_options(folder: Path) -> list[str]:
+    """The launcher options that train on the demonstrations in `folder`: the dataset by path, read as a Franka."""
+    return [f"--data_mix={folder}", f"--data_config={DATA_CONFIG}"]
 
 
 def instruction_of(task: str) -> str:
@@ -260,7 +267,7 @@ def env_action(dataset_row: np.ndarray) -> np.ndarray:
 
 def expert_episode(scene: Scene, seed: int, max_steps: int):
     """(states, actions, {camera: frames}) of one expert run, or None when it does not succeed in max_steps."""
-    from DiT4DiT.tools.tiny_dataset import Episode
+    from DiT4DiT.dataloader.writer import Episode
 
     scene.reset(seed)
     states, actions, frames = [], [], {name: [] for name in VIEWS}
@@ -277,18 +284,18 @@ def expert_episode(scene: Scene, seed: int, max_steps: int):
 
 def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSetup(), seed: int = 0,
             max_steps: int = 300, version: str = "v2.1", overwrite: bool = False) -> Path:
-    """Write `episodes` successful expert episodes under out/DATASET_FOLDER; returns that folder."""
-    from DiT4DiT.tools import tiny_dataset
+    """Write `episodes` successful expert episodes as the dataset out/dataset_name(task); returns that folder."""
+    from DiT4DiT.dataloader import writer
 
     if episodes < 1:
         raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
-    if version not in tiny_dataset.LAYOUTS:
-        raise BadArgument(f"--lerobot_version {version}: write one of {sorted(tiny_dataset.LAYOUTS)}")
+    if version not in writer.LAYOUTS:
+        raise BadArgument(f"--lerobot_version {version}: write one of {sorted(writer.LAYOUTS)}")
     if setup.image_size % 2:
         raise BadArgument(f"--image_size {setup.image_size}: videos need an even size")
     check_seeds(seed, 2 * episodes + 10)  # collect's most attempts
     at_least("--max_steps", max_steps, 1)
-    target = Path(out) / DATASET_FOLDER
+    target = Path(out) / dataset_name(task)
     if target.exists() and not overwrite:
         raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
     scene = Scene(task, setup)
@@ -304,16 +311,8 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
                 content.append(episode)
     finally:
         scene.close()
-    robot = tiny_dataset.robot_for(DATA_CONFIG)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
-        folder = Path(scratch) / target.name
-        storage = tiny_dataset.Storage(version=version, fps=DATASET_FPS, gop=10, codec=tiny_dataset.video_codec())
-        tiny_dataset.write_content(folder, robot, content, instruction_of(task), height=setup.image_size,
-                                   width=setup.image_size, storage=storage)
-        if target.exists():
-            shutil.rmtree(target)
-        folder.rename(target)
+    storage = writer.Storage(version=version, fps=DATASET_FPS, gop=10, codec=writer.video_codec())
+    writer.write_dataset(target, writer.columns_for(DATA_CONFIG), content, instruction_of(task), storage)
     lengths = [len(ep.state) for ep in content]
     log.info("%d %s demonstrations (%d attempts, %d-%d steps) in %.0f s -> %s", len(content), task, attempts,
              min(lengths), max(lengths), time.monotonic() - started, target)
@@ -524,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     c = commands.add_parser("collect", help="write successful scripted-expert episodes as a LeRobot dataset")
     c.add_argument("--task", required=True, help="Meta-World v3 task, e.g. handle-press-v3")
     c.add_argument("--episodes", type=int, required=True, help="successful episodes to write")
-    c.add_argument("--out", type=Path, required=True, help=f"data root; the dataset goes to OUT/{DATASET_FOLDER}")
+    c.add_argument("--out", type=Path, required=True, help=f"data root; the dataset goes to OUT/{dataset_name('TASK')}")
     add_scene_options(c)
     c.add_argument("--lerobot_version", default="v2.1", help="layout to write: v2.1 or v3.0")
     c.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED + i")
@@ -558,7 +557,7 @@ def run_command(args: argparse.Namespace) -> None:
     elif args.command == "collect":
         folder = collect(args.task, args.episodes, args.out, setup=scene_setup(args), seed=args.seed,
                          max_steps=args.max_steps, version=args.lerobot_version, overwrite=args.overwrite)
-        print(f"{folder}\ntrain on it with: --data_mix={DATA_MIX} --data_root_dir={args.out}")
+        print(f"{folder}\ntrain on it with: {' '.join(training_options(folder))}")
     else:
         summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
                            blank_images=args.blank_images, setup=scene_setup(args), seed=args.seed,

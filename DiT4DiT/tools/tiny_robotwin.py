@@ -41,7 +41,7 @@ CAMERA_VIEW = {
     "cam_left_wrist": Camera((1, 2, 6), (40, 200, 70)),
     "cam_right_wrist": Camera((8, 9, 13), (50, 90, 230)),
 }
-ROBOT = robot_for("robotwin", state_layout=RAW_LAYOUT, action_layout=RAW_LAYOUT, cameras=CAMERA_VIEW)
+ROBOT = robot_for("robotwin", state_layout=RAW_LAYOUT, action_layout=RAW_LAYOUT, views=CAMERA_VIEW)
 
 
 def render_frame(camera: str, state: np.ndarray, task_position: int, height: int, width: int) -> np.ndarray:
