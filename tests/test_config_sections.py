@@ -1,39 +1,100 @@
-"""The typed sections: generated from the schema and current, one typed field per key, filled from a loaded config."""
+"""The typed sections are the schema: their defaults are what loads without a YAML, each field's annotation is what
+loading enforces (type, Literal choices, null), and a loaded config fills them frozen."""
 
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
-from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from DiT4DiT.config import sections
-from DiT4DiT.config.schema import KNOWN_KEYS, OPEN_NODES, load_config
-from DiT4DiT.config.typed import render, section
+from DiT4DiT.config.keys import Key, coerce, declared
+from DiT4DiT.config.schema import KNOWN_KEYS, OPEN_NODES, ConfigError, load_config
+from DiT4DiT.config.typed import section
 
-ROOT = Path(__file__).resolve().parents[1]
 ROBOTWIN = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
 
 
-def test_the_checked_in_sections_are_what_the_schema_generates():
-    assert (ROOT / "DiT4DiT/config/sections.py").read_text() == render(), (
-        "stale: python -m DiT4DiT.config.typed > DiT4DiT/config/sections.py")
-
-
-def _paths(cls, prefix=""):
+def _fields(cls=sections.ConfigSections, prefix=""):
+    """(dotted path, annotation) of every key field, read from the dataclasses themselves."""
     hints = typing.get_type_hints(cls, vars(sections))
     for field in dataclasses.fields(cls):
-        path = prefix + field.name
-        if dataclasses.is_dataclass(hints[field.name]):
-            yield from _paths(hints[field.name], path + ".")
+        path, hint = prefix + field.name, hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            yield from _fields(hint, path + ".")
         else:
-            yield path
+            yield path, hint
 
 
-def test_every_key_is_a_field_and_every_field_a_key():
-    known = {k for k in KNOWN_KEYS if not k.startswith(tuple(p + "." for p in OPEN_NODES))} | set(OPEN_NODES)
-    assert set(_paths(sections.ConfigSections)) == known
+def _parts(hint):
+    """(scalar type, a list of it?, null allowed?, Literal choices) of a field's annotation."""
+    args = typing.get_args(hint)
+    nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+    if nullable:
+        hint = next(a for a in args if a is not type(None))
+    is_list = typing.get_origin(hint) is list
+    if is_list:
+        hint = typing.get_args(hint)[0]
+    choices = typing.get_args(hint) if typing.get_origin(hint) is Literal else ()
+    return (type(choices[0]) if choices else hint), is_list, nullable, choices
+
+
+FIELDS = {path: _parts(hint) for path, hint in _fields() if path not in OPEN_NODES}
+
+
+def test_every_field_is_a_loaded_key():
+    entries = {k for k in KNOWN_KEYS if k.rpartition(".")[0] in OPEN_NODES}  # the open node's default entries
+    assert set(FIELDS) == set(KNOWN_KEYS) - entries and set(OPEN_NODES) == {"trainer.learning_rate"}
+
+
+def test_the_defaults_are_what_loads_without_a_yaml():
+    loaded = section(load_config(None), sections.ConfigSections)
+    assert loaded.output_dir == "runs/dit4dit_run"  # derived when the config loads
+    assert dataclasses.replace(loaded, output_dir=None) == sections.ConfigSections()
+    assert loaded.trainer.learning_rate == {"base": 1e-4, "backbone_interface": 1e-5, "action_model": 1e-4}
+
+
+def test_every_literal_is_enforced_with_its_choices():
+    literals = {path: parts for path, parts in FIELDS.items() if parts[3]}
+    assert len(literals) >= 14 and "trackers" in literals and "wandb_mode" in literals
+    for path, (_, is_list, _, choices) in literals.items():
+        for choice in choices:
+            given = [choice] if is_list else choice
+            assert coerce(path, KNOWN_KEYS[path], given)[0] == given
+        bad = "[no_such_choice]" if is_list else "no_such_choice"
+        with pytest.raises(ConfigError, match=rf"^{path}: 'no_such_choice' is not one of {', '.join(choices)}$"):
+            load_config(ROBOTWIN, [f"{path}={bad}"])
+
+
+def test_null_is_allowed_exactly_where_the_annotation_says():
+    assert sum(nullable for _, _, nullable, _ in FIELDS.values()) >= 10
+    for path, (_, _, nullable, _) in FIELDS.items():
+        if nullable:
+            assert coerce(path, KNOWN_KEYS[path], None) == (None, None)
+        else:
+            with pytest.raises(ConfigError, match=rf"^{path}: cannot be null; set a value"):
+                coerce(path, KNOWN_KEYS[path], None)
+
+
+# A value of the wrong type for each annotation, and what loading says about it.
+WRONG = {bool: ("maybe", "expected true or false"), int: ("ten", "expected a number"),
+         float: ("ten", "expected a number"), str: (True, "expected text")}
+
+
+def test_each_key_takes_its_annotations_type():
+    for path, (scalar, is_list, _, _) in FIELDS.items():
+        value, message = ("7", "expected a list") if is_list else WRONG[scalar]
+        with pytest.raises(ConfigError, match=rf"^{path}: {message}"):
+            coerce(path, KNOWN_KEYS[path], value)
+    assert load_config(ROBOTWIN, ["trainer.learning_rate.my_adapter=3"]).trainer.learning_rate.my_adapter == 3.0
+
+
+def test_an_annotation_loading_cannot_check_is_refused():
+    with pytest.raises(TypeError, match=r"a\.b: a config key is bool, int, float, str, a Literal or a list of them"):
+        declared("a.b", dict[str, int], Key({}, "a mapping"))
 
 
 def test_a_loaded_config_fills_its_sections_frozen():

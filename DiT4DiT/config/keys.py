@@ -1,15 +1,21 @@
 """A config key's declaration (default, meaning, type, choices, bounds) and how a raw YAML/CLI value becomes typed.
 
 `Key(default, help)` alone is a complete declaration: the type follows from the default. Everything else is
-optional and says what the loader must enforce, so no other module re-parses or re-casts a value.
+optional and says what the loader must enforce, so no other module re-parses or re-casts a value. In the schema
+(DiT4DiT/config/sections.py) a key is a dataclass field, `name: type = key(default, help, ...)`, whose annotation
+gives its type, choices and whether null is allowed (`declared`).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import math
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from DiT4DiT.config.errors import ConfigError
 
@@ -39,6 +45,59 @@ class Key:
     @property
     def allows_null(self) -> bool:
         return self.default is None if self.nullable is None else self.nullable
+
+
+@dataclass(frozen=True)
+class OpenNode:
+    """A node whose entries the user names (a learning rate per module path): each is checked as `entry`; the
+    entries present by default are keys of their own."""
+
+    entry: Key
+    present: dict[str, Key]
+
+
+DECLARATION = "dit4dit_key"  # where a field's metadata holds its Key or OpenNode
+
+
+def key(default: Any, help: str, *, kind: str | None = None, min: float | None = None, max: float | None = None,
+        aliases: dict | None = None, alias_note: str = "", length: int | None = None, why: str = "") -> Any:
+    """A config key as a dataclass field: its default, and its declaration as metadata (type, choices and null
+    come from the field's annotation; `kind` only where the annotation cannot say it, e.g. "size")."""
+    declaration = Key(default, help, kind=kind, min=min, max=max, aliases=aliases or {}, alias_note=alias_note,
+                      length=length, why=why)
+    if isinstance(default, list):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={DECLARATION: declaration})
+    return field(default=default, metadata={DECLARATION: declaration})
+
+
+def open_node(entry: Key, **present: Key) -> Any:
+    """A field whose entries the user names, each checked as `entry`; `present` are there by default."""
+    return field(default_factory=lambda: {name: k.default for name, k in present.items()},
+                 metadata={DECLARATION: OpenNode(entry, present)})
+
+
+_SCALAR_KINDS = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+def declared(path: str, annotation: Any, declaration: Key) -> Key:
+    """`declaration` with the kind, choices and nullability its field's annotation gives (X | None allows null,
+    Literal[...] lists the choices, list[X] is a list of X)."""
+    args = typing.get_args(annotation)
+    nullable = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
+    if nullable:
+        (annotation,) = (arg for arg in args if arg is not type(None))
+    suffix = ""
+    if typing.get_origin(annotation) is list:
+        (annotation,), suffix = typing.get_args(annotation), "_list"
+    choices = ()
+    if typing.get_origin(annotation) is Literal:
+        choices = typing.get_args(annotation)
+        annotation = type(choices[0])
+    if annotation not in _SCALAR_KINDS:
+        raise TypeError(f"{path}: a config key is bool, int, float, str, a Literal or a list of them, "
+                        f"not {annotation!r}")
+    kind = declaration.kind or _SCALAR_KINDS[annotation] + suffix
+    return dataclasses.replace(declaration, kind=kind, choices=choices, nullable=nullable)
 
 
 def kind_of(value: Any) -> str:

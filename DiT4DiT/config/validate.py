@@ -1,6 +1,6 @@
 """Rules between keys, checked when a config loads, and the checks of a training launch's folders and files.
 
-Single-key rules (type, choices, bounds) are declared with each key in DiT4DiT/config/schema.py.
+Single-key rules (type, choices, bounds) are declared with each key in DiT4DiT/config/sections.py.
 """
 
 from __future__ import annotations
