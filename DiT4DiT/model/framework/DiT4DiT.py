@@ -33,10 +33,10 @@ def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
     return torch.as_tensor(np.stack([np.asarray(example[key]) for example in examples]))
 
 
-def autocast_enabled(config) -> bool:
+def autocast_enabled(mixed_precision: str) -> bool:
     """Whether the autocast sites (here and in the train step) run: bf16 mixed precision is asked for and CUDA, or
     the NPU that torch_npu's transfer_to_npu puts behind torch.cuda, exists."""
-    return config.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
+    return mixed_precision == "bf16" and torch.cuda.is_available()
 
 
 @register_framework("DiT4DiT")
@@ -48,7 +48,7 @@ class DiT4DiT(nn.Module):
         self.repeated_diffusion_steps = config.trainer.repeated_diffusion_steps
         action_cfg = config.framework.action_model
         self.chunk_len = action_cfg.future_action_window_size + 1
-        self.autocast_enabled = autocast_enabled(config)
+        self.autocast_enabled = autocast_enabled(config.trainer.mixed_precision)
         checkpointing = config.trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
         head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
@@ -57,7 +57,7 @@ class DiT4DiT(nn.Module):
         self.backbone_interface = CosmosBackboneInterface(
             config.framework.cosmos25,
             num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
-            prompt_store_dir=prompt_store_root(config),
+            prompt_store_dir=prompt_store_root(config.framework.cosmos25.prompt_store_dir, vla.cache_dir),
             gradient_checkpointing=checkpointing,
         )
         self.training_mode = self.backbone_interface.training_mode
