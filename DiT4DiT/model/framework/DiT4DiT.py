@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.config.sections import FrameworkActionModelSection, FrameworkCosmos25Section
+from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.facts import num_output_frames
@@ -51,11 +53,12 @@ class DiT4DiT(nn.Module):
         self.autocast_enabled = autocast_enabled(config.trainer.mixed_precision)
         checkpointing = config.trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
+        head = (build_action_head(section(action_cfg, FrameworkActionModelSection), config.framework.cosmos25.vl_hidden_dim,
+                                 checkpointing)
                 if has_action_head(config) else None)
         vla = config.datasets.vla_data
         self.backbone_interface = CosmosBackboneInterface(
-            config.framework.cosmos25,
+            section(config.framework.cosmos25, FrameworkCosmos25Section),
             num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
             prompt_store_dir=prompt_store_root(config.framework.cosmos25.prompt_store_dir, vla.cache_dir),
             gradient_checkpointing=checkpointing,

@@ -21,6 +21,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import FrameworkCosmos25Section
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
@@ -412,7 +413,8 @@ class CosmosBackboneInterface(nn.Module):
     section; the framework passes them.
     """
 
-    def __init__(self, cosmos, num_frames_out: int, prompt_store_dir: Path, gradient_checkpointing: bool = False):
+    def __init__(self, cosmos: FrameworkCosmos25Section, num_frames_out: int, prompt_store_dir: Path,
+                 gradient_checkpointing: bool = False):
         super().__init__()
         self.training_mode = cosmos.training
         fm = cosmos.flow_matching
