@@ -263,10 +263,10 @@ def static_bytes(sizes: dict[str, PartSize], zero_stage: int, processes: int, we
 def estimate_training_memory(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
                              data: DatasetsVlaDataSection, num_processes: int, views: int, *, zero_stage: int = 2,
                              device_kind: str = "npu") -> Estimate | None:
-    """Per-device GiB for a run of these sections on `num_processes` devices with `views` cameras side by side per frame, under
-    DeepSpeed ZeRO `zero_stage` (2 or 3; 0: no DeepSpeed, plain AdamW in each process) on a `device_kind` device
-    ("npu" adds the fused RoPE's float32 copies; "cuda" or "cpu" does not), or None when the snapshot has no
-    safetensors. Reads checkpointing from trainer.enable_gradient_checkpointing and the batch from
+    """Per-device GiB for a run of these sections on `num_processes` devices with `views` cameras side by side per
+    frame, under DeepSpeed ZeRO `zero_stage` (2 or 3; 0: no DeepSpeed, plain AdamW in each process) on a
+    `device_kind` device ("npu" adds the fused RoPE's float32 copies; "cuda" or "cpu" does not), or None when the
+    snapshot has no safetensors. Reads checkpointing from trainer.enable_gradient_checkpointing and the batch from
     datasets.vla_data.per_device_batch_size."""
     base_model = Path(base_model)
     tensors = {p: safetensors_tensor_sizes(base_model / p) for p in PARTS}

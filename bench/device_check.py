@@ -314,7 +314,8 @@ def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
                        "measured_over_estimate": round(measured / (est.total_gib * 1024), 3) if measured else None}
     if device.type != "cpu":
         free_gib = getattr(torch, device.type).mem_get_info(device)[0] / 2**30
-        result = memory_plan.plan(base, framework, trainer, data, memory_plan.Run(1, zero_stage=0), views, free_gib, kind)
+        result = memory_plan.plan(base, framework, trainer, data, memory_plan.Run(1, zero_stage=0), views, free_gib,
+                                  kind)
         rows["plan_for_config"] = result.lines()
     return rows
 

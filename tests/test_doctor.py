@@ -190,8 +190,8 @@ def test_parameter_count_and_estimate_scale(tiny_pipeline_dir):
     assert safetensors_param_count(tiny_pipeline_dir / "transformer") == sum(p.numel() for p in transformer.parameters())
     one, two = (estimate_training_memory(tiny_pipeline_dir, *sections(), n, views=3) for n in (1, 2))
     assert two.static_gib < one.static_gib and two.activation_gib == one.activation_gib
-    two_four_eight = [estimate_training_memory(tiny_pipeline_dir, *sections(f"datasets.vla_data.per_device_batch_size={batch}"),
-                                               1, 3).activation_gib for batch in (2, 4, 8)]
+    two_four_eight = [estimate_training_memory(tiny_pipeline_dir, *sections(f"datasets.vla_data.per_device_batch_size={b}"),
+                                               1, 3).activation_gib for b in (2, 4, 8)]
     # Activations grow with the batch (plus what one pass holds whatever the batch).
     assert two_four_eight[2] - two_four_eight[1] == pytest.approx(2 * (two_four_eight[1] - two_four_eight[0]))
     assert two_four_eight[0] > 0

@@ -155,7 +155,8 @@ def test_without_deepspeed_adamw_keeps_its_state_in_each_parameters_dtype(named_
     and two moments in bf16 (8 B per trained parameter), the float32 action head 16 B and float32 activations;
     before the first step (while the prompt store fills) only the weights exist."""
     framework, trainer, data = frozen_robotwin(BLOCKS)
-    plain, zero2 = (estimate_training_memory(named_2b, framework, trainer, data, 1, 3, zero_stage=z, device_kind="cpu") for z in (0, 2))
+    plain, zero2 = (estimate_training_memory(named_2b, framework, trainer, data, 1, 3, zero_stage=z, device_kind="cpu")
+                    for z in (0, 2))
     blocks = sum(n for name, n in NAMED_TRANSFORMER.items() if name.startswith("transformer_blocks."))
     trained, head = sum(NAMED_TRANSFORMER.values()) - blocks, action_head_params(framework.action_model)
     frozen = blocks + SNAPSHOT_PARAMETERS["vae"]

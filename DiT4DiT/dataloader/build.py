@@ -199,6 +199,7 @@ def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, h
     return selected
 
 
-def build_vla_dataset(vla: DatasetsVlaDataSection, action_horizon: int, seed: int, split: str = "train") -> MixtureDataset:
+def build_vla_dataset(vla: DatasetsVlaDataSection, action_horizon: int, seed: int,
+                      split: str = "train") -> MixtureDataset:
     """The mixture dataset named by `datasets.vla_data.data_mix`; `split="eval"` gives the held-out episodes."""
     return build_vla_datasets(vla, action_horizon, seed, (split,))[split]

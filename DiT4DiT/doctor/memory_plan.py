@@ -5,9 +5,9 @@
 The doctor and the launcher's preflight call `plan()` with the config's framework, trainer and data sections,
 the number of processes, the ZeRO stage and the free memory of the smallest device (npu-smi, nvidia-smi, or
 --device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory_estimate.py) stays within HEADROOM of
-that memory. When it does not, each change is tried on a copy of the sections (`Setup`), in this order, alone and then stacked: activation checkpointing; a smaller
-per-device batch with gradient accumulation raised to keep the global batch; ZeRO-3; more processes (a full
-node, then more nodes). Every candidate is one line with its estimate and the exact launcher flags.
+that memory. When it does not, each change is tried on a copy of the sections (`Setup`), in this order, alone
+and then stacked: activation checkpointing; a smaller per-device batch with gradient accumulation raised to keep
+the global batch; ZeRO-3; more processes (a full node, then more nodes). Every candidate is one line with its estimate and the exact launcher flags.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ def _candidates(setup: Setup, kind: str):
         yield ("batch", f"per-device batch {smaller} x {steps} accumulation steps (global batch "
                f"{smaller * steps * run.processes} kept)",
                [f"--per_device_batch_size={smaller}", f"--trainer.gradient_accumulation_steps={steps}"],
-               Setup(replace(trainer, gradient_accumulation_steps=steps), replace(data, per_device_batch_size=smaller), run))
+               Setup(replace(trainer, gradient_accumulation_steps=steps), replace(data, per_device_batch_size=smaller),
+                     run))
     if run.zero_stage < 3:
         yield ("zero3", "ZeRO-3 (weights and gradients sharded too)", [f"--launch_config={ZERO3_LAUNCH_CONFIG}"],
                replace(setup, run=Run(run.processes_per_node, run.machines, 3)))
@@ -238,8 +239,9 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
                              f"{result.current.total_gib:.0f} as is): `{' '.join(result.best.flags)}`")
             else:
                 cells.append(f"does not fit ({result.current.total_gib:.0f} {of})")
-        rows.append(f"| {name} (batch {data.per_device_batch_size}, {views} view(s), "
-                    f"{'checkpointing' if trainer.enable_gradient_checkpointing else 'no checkpointing'}) | " + " | ".join(cells) + " |")
+        checkpointing = "checkpointing" if trainer.enable_gradient_checkpointing else "no checkpointing"
+        rows.append(f"| {name} (batch {data.per_device_batch_size}, {views} view(s), {checkpointing}) | "
+                    + " | ".join(cells) + " |")
     return rows
 
 

@@ -219,7 +219,8 @@ class Policy:
         layout = run_layout(data, entry, str(stats_path))
         log.info("camera layout %s (%s): requests may send an example's cameras one by one as 'views', or 'image' "
                  "frames of that layout", layout.views, layout.source)
-        return cls(model, PolicyShape.of(section(model.config.framework, FrameworkSection), data, max_batch, layout.views), tag, entry)
+        shape = PolicyShape.of(section(model.config.framework, FrameworkSection), data, max_batch, layout.views)
+        return cls(model, shape, tag, entry)
 
     def metadata(self) -> dict:
         """Sent on connect. `env` as the original's server; the rest lets a client build requests without the run dir."""

@@ -49,7 +49,8 @@ def build_accelerator(trainer: TrainerSection, training: str, per_device_batch_s
     (`training`: framework.cosmos25.training; `per_device_batch_size`: datasets.vla_data's)."""
     # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
     # No buffer needs syncing (they are constants), and the released text encoder's are empty.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(trainer.freeze_modules, training), broadcast_buffers=False)
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(trainer.freeze_modules, training),
+                                        broadcast_buffers=False)
     # Where triton is installed, deepspeed's import (here, in DeepSpeed runs) warms inductor's pool of compile
     # workers, processes that import torch again (a 2-step CPU ZeRO-2 run: 164 CPU-s with it, 44 without; the
     # launcher exports the same). The trainer compiles nothing.
