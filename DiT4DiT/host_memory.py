@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.memory_estimate import GIB, param_bytes, safetensors_param_count
 
@@ -26,7 +27,7 @@ def weight_bytes(base_model: Path, torch_dtype: str) -> int:
     return sum(safetensors_param_count(Path(base_model) / part) or 0 for part in WEIGHT_PARTS) * param_bytes(torch_dtype)
 
 
-def frames_batch_bytes(data, views: int) -> int:
+def frames_batch_bytes(data: DatasetsVlaDataSection, views: int) -> int:
     """One micro-batch as the data yields it: float32 (frames, 3, size, size x views) per sample."""
     frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
     return data.per_device_batch_size * frames * 3 * data.image_size * data.image_size * views * 4
@@ -41,11 +42,12 @@ class HostNeed:
     training: int = 0  # bytes per process that train on the host (CPU device), else 0; the weights included
 
     @classmethod
-    def of(cls, cfg, base_model: Path, processes: int, views: int, training: int = 0) -> "HostNeed":
-        """The need of `processes` processes on one node loading `base_model` with `cfg`'s data settings."""
-        data = cfg.datasets.vla_data
-        return cls(processes, weight_bytes(base_model, cfg.framework.cosmos25.torch_dtype),
-                   frames_batch_bytes(data, views), int(data.num_workers), training)
+    def of(cls, data: DatasetsVlaDataSection, torch_dtype: str, base_model: Path, processes: int, views: int,
+           training: int = 0) -> "HostNeed":
+        """The need of `processes` processes on one node loading `base_model` in `torch_dtype`
+        (framework.cosmos25.torch_dtype) with these data settings."""
+        return cls(processes, weight_bytes(base_model, torch_dtype), frames_batch_bytes(data, views), data.num_workers,
+                   training)
 
     @property
     def per_process(self) -> int:

@@ -23,6 +23,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from DiT4DiT.config.sections import (DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkCosmos25Section,
+                                     FrameworkSection, TrainerSection)
 from DiT4DiT.facts import (DIT_SIZES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count,
                            module_paths, num_output_frames)
 
@@ -101,19 +103,18 @@ def param_bytes(torch_dtype: str) -> int:
     return 4 if torch_dtype == "float32" else 2
 
 
-def head_size(cfg) -> tuple[int, int]:
+def head_size(head: FrameworkActionModelSection) -> tuple[int, int]:
     """(inner width, layers) of the action DiT."""
-    dit = cfg.framework.action_model.diffusion_model_cfg
-    heads, width = DIT_SIZES[cfg.framework.action_model.action_model_type]
+    dit = head.diffusion_model_cfg
+    heads, width = DIT_SIZES[head.action_model_type]
     return (dit.num_attention_heads or heads) * (dit.attention_head_dim or width), dit.num_layers
 
 
-def action_head_params(cfg) -> int:
+def action_head_params(head: FrameworkActionModelSection) -> int:
     """Approximate size of the flow-matching action DiT (blocks dominate: ~12 d^2 per block plus cross-attention)."""
-    dit = cfg.framework.action_model.diffusion_model_cfg
-    d, layers = head_size(cfg)
-    blocks = layers * (12 * d * d + 2 * d * dit.cross_attention_dim)
-    mlps = 4 * cfg.framework.action_model.hidden_size**2
+    d, layers = head_size(head)
+    blocks = layers * (12 * d * d + 2 * d * head.diffusion_model_cfg.cross_attention_dim)
+    mlps = 4 * head.hidden_size**2
     return blocks + mlps
 
 
@@ -180,42 +181,42 @@ def cosmos_block_saved_bytes(hidden: int, video_tokens: int, text_tokens: int, c
     return measured_bytes(row, video_tokens, text_tokens, batch) * hidden / MEASURED["hidden"]
 
 
-def video_passes_with_grad(cfg, graph_through_blocks: bool) -> int:
+def video_passes_with_grad(cosmos: FrameworkCosmos25Section, graph_through_blocks: bool) -> int:
     """Transformer passes per step whose blocks keep a graph for backward: none when nothing at or before the
     blocks trains (frozen blocks still pass the gradient back to a trained patch embedding or text projection),
     the sampled losses' sampler steps, or the one flow-matching pass."""
-    cosmos = cfg.framework.cosmos25
     if cosmos.training == "action" or not graph_through_blocks:
         return 0
     return cosmos.future_num_inference_steps if cosmos.future_loss_type in SAMPLED_LOSS_TYPES else 1
 
 
-def action_head_saved_bytes(cfg, video_tokens: int, checkpointing: bool) -> float:
-    """Bytes the action head saves for backward per sample (repeated_diffusion_steps copies of it), scaled from
-    the MEASURED head by width and layers."""
-    width, layers = head_size(cfg)
+def action_head_saved_bytes(head: FrameworkActionModelSection, repeated_diffusion_steps: int, video_tokens: int,
+                            checkpointing: bool) -> float:
+    """Bytes the action head saves for backward per sample (`trainer.repeated_diffusion_steps` copies of it),
+    scaled from the MEASURED head by width and layers."""
+    width, layers = head_size(head)
     row = MEASURED["action_head_checkpointed" if checkpointing else "action_head"]
-    steps = cfg.framework.action_model.future_action_window_size + 2  # the action chunk and the state token
+    steps = head.future_action_window_size + 2  # the action chunk and the state token
     per_copy = row["per_feature_token"] * video_tokens + row["per_action_token"] * steps + row["per_sample"]
     measured_type, measured_layers = MEASURED_HEAD
     size = width / math.prod(DIT_SIZES[measured_type]) * layers / measured_layers
-    return cfg.trainer.repeated_diffusion_steps * per_copy * size
+    return repeated_diffusion_steps * per_copy * size
 
 
-def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: int, transformer: PartSize,
-                     head_frozen: bool, device_kind: str, weight_bytes: int = 2, head_bytes: int = 2) -> float:
+def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch: int, tcfg: dict, vae_base_dim: int,
+                     tokens: int, pixels: int, transformer: PartSize, head_frozen: bool, device_kind: str,
+                     weight_bytes: int = 2, head_bytes: int = 2) -> float:
     """One micro-batch's peak activation bytes: the prompt embeddings, then the largest of the VAE encode, the
     feature pass, and what the step keeps until its backward (video passes, the action head, one recomputed block).
     `weight_bytes` / `head_bytes`: bytes per element the pipeline's parts / the action head compute in (MEASURED is
-    bf16; float32 modules hold twice the bytes)."""
-    cosmos, trainer = cfg.framework.cosmos25, cfg.trainer
-    batch, text = cfg.datasets.vla_data.per_device_batch_size, cosmos.max_sequence_length
+    bf16; float32 modules hold twice the bytes); `batch`: datasets.vla_data.per_device_batch_size."""
+    cosmos, text = framework.cosmos25, framework.cosmos25.max_sequence_length
     hidden, layers = tcfg["num_attention_heads"] * tcfg["attention_head_dim"], tcfg["num_layers"]
     checkpointing = trainer.enable_gradient_checkpointing
     # The stacked text-encoder layers, bf16, held for the whole step (the text projection's input).
     prompts = batch * text * tcfg.get("crossattn_proj_in_channels", tcfg["text_embed_dim"]) * 2
 
-    passes = video_passes_with_grad(cfg, transformer.graph_through_blocks)
+    passes = video_passes_with_grad(cosmos, transformer.graph_through_blocks)
     frozen = transformer.blocks_frozen
     outside = MEASURED["video_pass_checkpointed_outside" if checkpointing else "video_pass_outside"]
     # The measured text-projection input is the prompts term already counted; the rest scales with the width.
@@ -229,7 +230,8 @@ def activation_bytes(cfg, tcfg: dict, vae_base_dim: int, tokens: int, pixels: in
         kept += cosmos_block_saved_bytes(hidden, tokens, text, False, batch, frozen)
     kept *= weight_bytes / 2
     if cosmos.training != "video" and not head_frozen:
-        kept += batch * action_head_saved_bytes(cfg, tokens, checkpointing) * head_bytes / 2
+        kept += (batch * action_head_saved_bytes(framework.action_model, trainer.repeated_diffusion_steps, tokens,
+                                                 checkpointing) * head_bytes / 2)
     vae_row = MEASURED["vae_encode_peak_per_pixel"]["video_5_frames" if passes else "condition_frame"]
     vae = batch * pixels * vae_row * vae_base_dim / MEASURED["vae_base_dim"]
     feature = 0.0
@@ -258,38 +260,38 @@ def static_bytes(sizes: dict[str, PartSize], zero_stage: int, processes: int, we
     return total
 
 
-def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: int, *, zero_stage: int = 2,
+def estimate_training_memory(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
+                             data: DatasetsVlaDataSection, num_processes: int, views: int, *, zero_stage: int = 2,
                              device_kind: str = "npu") -> Estimate | None:
-    """Per-device GiB for `cfg` on `num_processes` devices with `views` cameras side by side per frame, under
-    DeepSpeed ZeRO `zero_stage` (2 or 3; 0: no DeepSpeed, plain AdamW in each process) on a `device_kind` device
-    ("npu" adds the fused RoPE's float32 copies; "cuda" or "cpu" does not), or None when the snapshot has no
-    safetensors. Reads checkpointing from trainer.enable_gradient_checkpointing and the batch from
+    """Per-device GiB for a run of these sections on `num_processes` devices with `views` cameras side by side per
+    frame, under DeepSpeed ZeRO `zero_stage` (2 or 3; 0: no DeepSpeed, plain AdamW in each process) on a
+    `device_kind` device ("npu" adds the fused RoPE's float32 copies; "cuda" or "cpu" does not), or None when the
+    snapshot has no safetensors. Reads checkpointing from trainer.enable_gradient_checkpointing and the batch from
     datasets.vla_data.per_device_batch_size."""
     base_model = Path(base_model)
     tensors = {p: safetensors_tensor_sizes(base_model / p) for p in PARTS}
     if any(v is None for v in tensors.values()):
         return None
-    freeze = cfg.trainer.freeze_modules
+    freeze = trainer.freeze_modules
     sizes = {p: part_sizes(t, PARTS[p], freeze) for p, t in tensors.items()}
     head_frozen = is_frozen("action_model", freeze)
-    head = action_head_params(cfg)
+    head = action_head_params(framework.action_model)
     sizes["action_model"] = PartSize(head if head_frozen else 0, 0 if head_frozen else head)
-    released = (sizes["text_encoder"].trainable == 0 and cfg.framework.cosmos25.prompt_cache
-                and not cfg.trainer.save_full_state_dict)
+    released = (sizes["text_encoder"].trainable == 0 and framework.cosmos25.prompt_cache
+                and not trainer.save_full_state_dict)
     processes = max(num_processes, 1)
-    weight_bytes = param_bytes(cfg.framework.cosmos25.torch_dtype)
+    weight_bytes = param_bytes(framework.cosmos25.torch_dtype)
     # DeepSpeed's bf16 casts the whole model; without it the action head stays float32.
     head_bytes = weight_bytes if zero_stage else HEAD_BYTES_WITHOUT_DEEPSPEED
     running = {p: s for p, s in sizes.items() if p != "text_encoder" or not released}
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
-    data = cfg.datasets.vla_data
     latent_frames = latent_frame_count(num_output_frames(data.video_delta_indices, data.action_video_freq_ratio))
     side = FRAME_SIDE_MULTIPLE  # one latent patch
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
     vae_base_dim = json.loads((base_model / "vae" / "config.json").read_text()).get("base_dim", MEASURED["vae_base_dim"])
-    activations = activation_bytes(cfg, tcfg, vae_base_dim, tokens, views * data.image_size**2,
-                                   sizes["transformer"], head_frozen, device_kind,
+    activations = activation_bytes(framework, trainer, data.per_device_batch_size, tcfg, vae_base_dim, tokens,
+                                   views * data.image_size**2, sizes["transformer"], head_frozen, device_kind,
                                    weight_bytes, head_bytes)
     return Estimate(static_gib=static_bytes(running, zero_stage, processes, weight_bytes) / GIB,
                     activation_gib=activations / GIB, tokens_per_sample=tokens,

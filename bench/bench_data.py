@@ -28,6 +28,8 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.sections import DatasetsVlaDataSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader import build_vla_dataset, collate_fn
 from DiT4DiT.dataloader.video import frame_tolerance
 from DiT4DiT.tools.tiny_robotwin import generate
@@ -95,7 +97,8 @@ def main() -> None:
             "datasets.vla_data.video_delta_indices=[0,1,2,3,4,5,6,7]", "datasets.vla_data.action_video_freq_ratio=1",
             "framework.action_model.future_action_window_size=7",
         ])
-        dataset = build_vla_dataset(cfg)
+        dataset = build_vla_dataset(section(cfg.datasets.vla_data, DatasetsVlaDataSection),
+                                    cfg.framework.action_model.future_action_window_size + 1, cfg.seed)
         example = dataset[0]
         assert len(example["image"]) == 8 and example["image"][0].shape == (3, 224, 672)
         assert example["action"].shape[0] == 8

@@ -294,22 +294,28 @@ def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
     """The memory plan's prediction for this run next to the peaks the steps section measured: the estimate per
     batch (one process, no DeepSpeed: the step here is plain AdamW), and whether the plan says it fits this
     device's free memory. The full-size model's sizes come from a shapes-only snapshot of the real one."""
+    from dataclasses import replace
+
+    from DiT4DiT.config.sections import ConfigSections
+    from DiT4DiT.config.typed import section
     from DiT4DiT.doctor import memory_plan
     from DiT4DiT.memory_estimate import estimate_training_memory
     from DiT4DiT.tools.full_size_cosmos import write_shapes_only
 
     base = write_shapes_only(tmp / "shapes") if full_size else tmp / "tiny"
-    cfg, views, rows = state["cfg"], state["views"], {}
+    typed, views, rows = section(state["cfg"], ConfigSections), state["views"], {}
+    framework, trainer, data = typed.framework, typed.trainer, typed.datasets.vla_data
     kind = "cpu" if device.type == "cpu" else ("cuda" if device.type == "cuda" else "npu")
     for batch in BATCHES:
-        batch_cfg = memory_plan.with_keys(cfg, datasets__vla_data__per_device_batch_size=batch)
-        est = estimate_training_memory(base, batch_cfg, 1, views, zero_stage=0, device_kind=kind)
+        est = estimate_training_memory(base, framework, trainer, replace(data, per_device_batch_size=batch), 1, views,
+                                       zero_stage=0, device_kind=kind)
         measured = (state.get("steps", {}).get(batch) or {}).get("peak_mib")
         rows[batch] = {"estimate_mib": round(est.total_gib * 1024), "measured_peak_mib": measured,
                        "measured_over_estimate": round(measured / (est.total_gib * 1024), 3) if measured else None}
     if device.type != "cpu":
         free_gib = getattr(torch, device.type).mem_get_info(device)[0] / 2**30
-        result = memory_plan.plan(base, cfg, memory_plan.Run(1, zero_stage=0), views, free_gib, kind)
+        result = memory_plan.plan(base, framework, trainer, data, memory_plan.Run(1, zero_stage=0), views, free_gib,
+                                  kind)
         rows["plan_for_config"] = result.lines()
     return rows
 

@@ -103,11 +103,14 @@ def training_overrides(snapshot: Path, data: Path, work: Path) -> list[str]:
 def estimate_gib(snapshot: Path, data: Path, work: Path, *extra: str) -> float:
     """The memory estimate for the rehearsal's own run: one CPU process, no DeepSpeed."""
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
+    from DiT4DiT.config.sections import ConfigSections
+    from DiT4DiT.config.typed import section
     from DiT4DiT.memory_estimate import estimate_training_memory
 
     overrides = normalize_cli_overrides([*training_overrides(snapshot, data, work), *extra])
-    cfg = load_config(str(REPO / ROBOTWIN), overrides)
-    return estimate_training_memory(snapshot, cfg, 1, 3, zero_stage=0, device_kind="cpu").total_gib
+    typed = section(load_config(str(REPO / ROBOTWIN), overrides), ConfigSections)
+    return estimate_training_memory(snapshot, typed.framework, typed.trainer, typed.datasets.vla_data, 1, 3,
+                                    zero_stage=0, device_kind="cpu").total_gib
 
 
 def step_losses(metrics: Path) -> dict[int, dict]:

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.dataloader import build_vla_datasets, save_dataset_statistics
+from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.evaluation.open_loop import main as open_loop_main
 from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV, RunFolderError, baseframework
 from DiT4DiT.serving.client import PolicyClient
 from DiT4DiT.serving.policy import Policy
 from DiT4DiT.serving.server import main as server_main
 from DiT4DiT.tools.tiny_dataset import generate
+from helpers.fixtures_data import dataset_of
 from helpers.fixtures_serving import served
 from helpers.in_process import call_main
 from test_run_folders import LIBERO_DIMS, TINY_MODEL, TINY_YAML, _example, _original_libero_run
@@ -87,7 +88,7 @@ def test_open_loop_evaluates_a_run_folder_from_elsewhere_with_base_model(libero_
     cfg = load_config(TINY_YAML, [f"framework.cosmos25.base_model={tiny_pipeline_dir}", *TINY_MODEL, *LIBERO_DIMS,
                                   f"datasets.vla_data.data_root_dir={tmp_path / 'data'}",
                                   f"datasets.vla_data.cache_dir={tmp_path / 'cache'}"])
-    save_dataset_statistics(build_vla_datasets(cfg, ("train",))["train"].statistics(),
+    save_dataset_statistics(dataset_of(cfg).statistics(),
                             checkpoint.parents[1] / "dataset_statistics.json")
     args = ["--ckpt", str(checkpoint), "--data_root_dir", str(tmp_path / "data"), "--data_mix", "libero_all",
             "--episodes", "1", "--device", "cpu", "--cache_dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]

@@ -11,11 +11,11 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from DiT4DiT.config.sections import TrainerClosedLoopEvalSection
 from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator
 from DiT4DiT.training.metrics import plot_loss_curve
 from helpers.bad_inputs import BadInput, check_bad_input
@@ -62,10 +62,10 @@ def test_the_loss_plot_gets_a_success_rate_panel_only_when_the_run_has_rates(tmp
     assert not ((one_panel[..., 1].astype(int) - np.maximum(one_panel[..., 0], one_panel[..., 2])) > 60).any()
 
 
-def settings(**changes) -> SimpleNamespace:
+def settings(**changes) -> TrainerClosedLoopEvalSection:
     values = dict(interval=2, task="handle-press-v3", episodes=2, max_steps=10, seed=1000, num_envs=1, device="cpu",
                   threads=1, python=sys.executable, evaluate_options="", at_end="wait")
-    return SimpleNamespace(**{**values, **changes})
+    return TrainerClosedLoopEvalSection(**{**values, **changes})
 
 
 def still_running(evaluator: ClosedLoopEvaluator, tmp_path, step: int) -> subprocess.Popen:

@@ -95,7 +95,7 @@ def test_cameras_are_named_as_a_primary_wrist_pair():
 @pytest.mark.parametrize("version, episodes", [("v2.1", 2), ("v3.0", 1)])
 def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env, data_cfg, tmp_path, version,
                                                                   episodes):
-    from DiT4DiT.dataloader import build_vla_dataset
+    from helpers.fixtures_data import dataset_of
 
     folder = demos
     if version == "v3.0":
@@ -107,7 +107,7 @@ def test_collected_demos_read_back_with_their_lengths_and_ranges(demos, sim_env,
     assert info["codebase_version"] == version and info["total_episodes"] == episodes
     side = 48 if version == "v3.0" else int(SIZE)
     assert info["features"]["observation.images.primary_image"]["shape"] == [side, side, 3]
-    dataset = build_vla_dataset(data_cfg(folder.parent, str(folder), f"datasets.vla_data.data_config={DATA_CONFIG}",
+    dataset = dataset_of(data_cfg(folder.parent, str(folder), f"datasets.vla_data.data_config={DATA_CONFIG}",
                                          "datasets.vla_data.max_state_dim=16",
                                          "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32",
                                          "datasets.vla_data.holdout_episodes=0"))  # v3.0 has one episode

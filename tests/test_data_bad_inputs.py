@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from DiT4DiT.dataloader import DataError, build_vla_dataset
-from helpers.fixtures_data import snapshot
+from DiT4DiT.dataloader import DataError
+from helpers.fixtures_data import dataset_of, snapshot
 
 EPISODE = "data/chunk-000/episode_000001.parquet"
 
@@ -100,7 +100,7 @@ def test_a_damaged_dataset_is_one_line_naming_the_fix(case, damage, error, words
     damage(writable_task)
     before = snapshot(writable_task)
     with pytest.raises(error) as raised:
-        build_vla_dataset(data_cfg(writable_task.parent, "robotwin_task1"))
+        dataset_of(data_cfg(writable_task.parent, "robotwin_task1"))
     message = str(raised.value)
     assert "\n" not in message
     missing = [w for w in words if w not in message]

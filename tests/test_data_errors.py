@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.dataloader import DataError, build_vla_dataset
-from helpers.fixtures_data import build_read_only
+from DiT4DiT.dataloader import DataError
+from helpers.fixtures_data import build_read_only, dataset_of
 
 TASK1 = "robotwin_task1"  # the mixture of exactly adjust_bottle
 
@@ -102,7 +102,7 @@ def test_info_shape_disagrees_with_the_parquet(writable_task, data_cfg):
 
 def test_unknown_data_mix_lists_valid_names_closest_first(tiny_robotwin_root, data_cfg):
     with pytest.raises(ConfigError, match=r"data_mix='robotwn' is neither a known mixture nor an existing path; valid names: robotwin, "):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwn"))
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwn"))
 
 
 def test_empty_mixture_names_the_root_and_expected_folders(tmp_path, data_cfg):
@@ -110,7 +110,7 @@ def test_empty_mixture_names_the_root_and_expected_folders(tmp_path, data_cfg):
     with pytest.raises(DataError, match=r"data_mix=robotwin_task2: none of its 2 datasets is under "
                                         r"datasets\.vla_data\.data_root_dir=.*empty \(expected folders such as "
                                         r"place_a2b_left, place_a2b_right\)"):
-        build_vla_dataset(data_cfg(tmp_path / "empty", "robotwin_task2"))
+        dataset_of(data_cfg(tmp_path / "empty", "robotwin_task2"))
 
 
 def test_unset_data_root_and_unknown_backend(tiny_robotwin_root, data_cfg):
@@ -119,11 +119,11 @@ def test_unset_data_root_and_unknown_backend(tiny_robotwin_root, data_cfg):
     with pytest.raises(ConfigError, match=r"data_root_dir is not set \(data_mix=robotwin_task1 names folders under it\)"):
         validate_training_config(data_cfg("null", TASK1, "framework.cosmos25.base_model=/"))
     with pytest.raises(DataError, match=r"datasets\.vla_data\.data_root_dir is not set"):
-        build_vla_dataset(data_cfg("null", TASK1))
+        dataset_of(data_cfg("null", TASK1))
     with pytest.raises(ConfigError, match=r"video_backend: 'ffmpeg' is not one of pyav, torchcodec"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.video_backend=ffmpeg"))
+        dataset_of(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.video_backend=ffmpeg"))
 
 
 def test_holdout_leaving_no_training_episode(tiny_robotwin_root, data_cfg):
     with pytest.raises(DataError, match=r"holdout_episodes=3 leaves no training episode"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.holdout_episodes=3"))
+        dataset_of(data_cfg(tiny_robotwin_root, TASK1, "datasets.vla_data.holdout_episodes=3"))

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.dataloader import DataError, build_vla_dataset
+from DiT4DiT.dataloader import DataError
 from DiT4DiT.dataloader.modality import derive_modality
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.tools import modality as modality_tool
 from DiT4DiT.tools.tiny_dataset import generate_lerobot
-from helpers.fixtures_data import make_read_only, make_writable, snapshot
+from helpers.fixtures_data import dataset_of, make_read_only, make_writable, snapshot
 from helpers.fixtures_model import TINY_BACKBONE
 
 LIBERO = ("datasets.vla_data.max_state_dim=16", "datasets.vla_data.max_action_dim=14")
@@ -51,7 +51,7 @@ def copy_of(lerobot_sets, tmp_path):
 
 
 def _build(data_cfg, data_mix, *overrides, split="train"):
-    return build_vla_dataset(data_cfg("null", str(data_mix), *overrides), split=split)
+    return dataset_of(data_cfg("null", str(data_mix), *overrides), split=split)
 
 
 def test_lerobot_v3_dataset_by_path_derives_modality_in_the_cache_only(lerobot_sets, data_cfg, tmp_path, caplog):

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.dataloader import Normalizer, build_vla_dataset
+from DiT4DiT.dataloader import Normalizer
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
 from DiT4DiT.tools.tiny_dataset import generate
-from helpers.fixtures_data import snapshot
+from helpers.fixtures_data import dataset_of, snapshot
 from helpers.in_process import call_main
 
 ORIGINAL_MIXTURES = (
@@ -44,7 +44,7 @@ def test_every_original_mixture_and_data_config_exists():
 def test_a_mixture_naming_an_undefined_data_config_says_so(tmp_path, data_cfg):
     (tmp_path / "BEHAVIOR_challenge").mkdir()
     with pytest.raises(ConfigError, match="names data config 'R1Pro', which does not exist"):
-        build_vla_dataset(data_cfg(tmp_path, "BEHAVIOR_challenge"))
+        dataset_of(data_cfg(tmp_path, "BEHAVIOR_challenge"))
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def libero_root(tmp_path_factory):
 
 
 def test_libero_state_is_sin_cos_of_each_key_and_the_gripper_action_stays_raw(libero_root, data_cfg):
-    ds = build_vla_dataset(data_cfg(libero_root, "libero_all", *WIDE, "datasets.vla_data.holdout_episodes=0"))
+    ds = dataset_of(data_cfg(libero_root, "libero_all", *WIDE, "datasets.vla_data.holdout_episodes=0"))
     folder = libero_root / "libero_object_no_noops_1.0.0_lerobot"
     tables = [pq.read_table(p).to_pydict() for p in sorted(folder.glob("data/*/*.parquet"))]
     stats = ds.statistics()["franka"]
@@ -79,7 +79,7 @@ def test_libero_state_is_sin_cos_of_each_key_and_the_gripper_action_stays_raw(li
 
 def test_sin_cos_width_counts_against_max_state_dim(libero_root, data_cfg):
     with pytest.raises(ConfigError, match="gives 16-dim states, more than datasets.vla_data.max_state_dim=8"):
-        build_vla_dataset(data_cfg(libero_root, "libero_all", "datasets.vla_data.max_state_dim=8"))
+        dataset_of(data_cfg(libero_root, "libero_all", "datasets.vla_data.max_state_dim=8"))
 
 
 def test_v3_and_v2_folders_with_the_same_content_give_identical_samples(tmp_path, data_cfg):
@@ -92,7 +92,7 @@ def test_v3_and_v2_folders_with_the_same_content_give_identical_samples(tmp_path
     assert json.loads((v3_task / "meta/info.json").read_text())["codebase_version"] == "v3.0"
     assert len(list(v3_task.glob("videos/*/chunk-000/file-000.mp4"))) == 3 and not list(v3_task.glob("meta/*.jsonl"))
     before = snapshot(roots["v3.0"])
-    datasets = {v: build_vla_dataset(data_cfg(root, "robotwin_task2", "datasets.vla_data.image_size=32",
+    datasets = {v: dataset_of(data_cfg(root, "robotwin_task2", "datasets.vla_data.image_size=32",
                                               "datasets.vla_data.holdout_episodes=0"))
                 for v, root in roots.items()}
     assert len(datasets["v2.1"]) == len(datasets["v3.0"]) and datasets["v2.1"].instructions() == datasets["v3.0"].instructions()

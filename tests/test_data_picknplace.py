@@ -7,9 +7,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from DiT4DiT.dataloader import Normalizer, build_vla_dataset
+from DiT4DiT.dataloader import Normalizer
 from DiT4DiT.dataloader.video import decode_pyav
-from helpers.fixtures_data import snapshot
+from helpers.fixtures_data import dataset_of, snapshot
 
 DIMS = ["datasets.vla_data.max_state_dim=32", "datasets.vla_data.max_action_dim=32"]
 
@@ -32,7 +32,7 @@ def _config_order(table, column_group):
 def test_loads_read_only_with_counts_and_language(readonly_picknplace, data_cfg, episodes):
     before = snapshot(readonly_picknplace)
     cfg = data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS)
-    train, held = build_vla_dataset(cfg, split="train"), build_vla_dataset(cfg, split="eval")
+    train, held = dataset_of(cfg, split="train"), dataset_of(cfg, split="eval")
     assert train.parts[0].episodes.tolist() == [0, 1] and held.parts[0].episodes.tolist() == [2]
     assert len(train.parts[0]) + len(held.parts[0]) == 1356 == sum(len(t["index"]) for t in episodes)
     stats = train.statistics()["gr1"]
@@ -45,7 +45,7 @@ def test_loads_read_only_with_counts_and_language(readonly_picknplace, data_cfg,
 
 
 def test_statistics_match_an_independent_computation(readonly_picknplace, data_cfg, episodes):
-    stats = build_vla_dataset(data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS)).statistics()["gr1"]
+    stats = dataset_of(data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS)).statistics()["gr1"]
     for group in ("state", "action"):
         values = np.concatenate([_config_order(t, group) for t in episodes])
         assert values.shape == (1356, 26)
@@ -57,7 +57,7 @@ def test_statistics_match_an_independent_computation(readonly_picknplace, data_c
 
 
 def test_samples_have_the_contract_shapes_and_values(readonly_picknplace, data_cfg, episodes):
-    ds = build_vla_dataset(data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS))
+    ds = dataset_of(data_cfg(readonly_picknplace, "gr1_pick_place", *DIMS))
     stats = ds.statistics()["gr1"]
     for index in (0, 500, len(ds) - 1):
         ex = ds[index]

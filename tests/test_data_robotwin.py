@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.dataloader import Normalizer, build_vla_dataset, collate_fn, save_dataset_statistics
-from helpers.fixtures_data import snapshot
+from DiT4DiT.dataloader import Normalizer, collate_fn, save_dataset_statistics
+from helpers.fixtures_data import dataset_of, snapshot
 
 # modality.json raw order is [L6, Lg, R6, Rg]; the robotwin data config outputs [L6, R6, Lg, Rg].
 RAW_TO_CONFIG = [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 6, 13]
@@ -24,7 +24,7 @@ def _parquet(ds, part, episode):
 def test_robotwin_mixture_finds_three_tasks_with_one_warning(tiny_robotwin_root, data_cfg, caplog):
     before = snapshot(tiny_robotwin_root)
     with caplog.at_level(logging.WARNING):
-        ds = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin"))
+        ds = dataset_of(data_cfg(tiny_robotwin_root, "robotwin"))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "found 3 of 50" in warnings[0].getMessage()
     assert sorted(p.layout.name for p in ds.parts) == ["adjust_bottle", "place_a2b_left", "place_a2b_right"]
@@ -38,13 +38,13 @@ def test_robotwin_mixture_finds_three_tasks_with_one_warning(tiny_robotwin_root,
                                        ("robotwin_task2", ["place_a2b_left", "place_a2b_right"])])
 def test_task_mixtures(tiny_robotwin_root, data_cfg, mix, names, caplog):
     with caplog.at_level(logging.WARNING):
-        ds = build_vla_dataset(data_cfg(tiny_robotwin_root, mix))
+        ds = dataset_of(data_cfg(tiny_robotwin_root, mix))
     assert [p.layout.name for p in ds.parts] == names
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def test_sample_contract_and_values(tiny_robotwin_root, data_cfg):
-    ds = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin", "datasets.vla_data.max_action_dim=32",
+    ds = dataset_of(data_cfg(tiny_robotwin_root, "robotwin", "datasets.vla_data.max_action_dim=32",
                                     "datasets.vla_data.max_state_dim=20"))
     stats = ds.statistics()["new_embodiment"]
     action_norm = Normalizer.from_statistics(stats["action"])
@@ -81,7 +81,7 @@ def test_sample_contract_and_values(tiny_robotwin_root, data_cfg):
 
 
 def test_views_are_side_by_side_primary_first(tiny_robotwin_root, data_cfg):
-    ds = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.image_size=32",
+    ds = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.image_size=32",
                                     "datasets.vla_data.video_delta_indices=[0,1,2,3]",
                                     "datasets.vla_data.action_video_freq_ratio=2"))
     ex = ds[3]
@@ -95,7 +95,7 @@ def test_views_are_side_by_side_primary_first(tiny_robotwin_root, data_cfg):
 
 
 def test_statistics_match_parquet_and_json_round_trip(tiny_robotwin_root, data_cfg, tmp_path):
-    ds = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin"))
+    ds = dataset_of(data_cfg(tiny_robotwin_root, "robotwin"))
     stats = ds.statistics()
     assert list(stats) == ["new_embodiment"]
     entry = stats["new_embodiment"]
@@ -117,8 +117,8 @@ def test_statistics_match_parquet_and_json_round_trip(tiny_robotwin_root, data_c
 
 
 def test_items_depend_only_on_seed_epoch_index(tiny_robotwin_root, data_cfg):
-    a = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin"))
-    b = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin"))
+    a = dataset_of(data_cfg(tiny_robotwin_root, "robotwin"))
+    b = dataset_of(data_cfg(tiny_robotwin_root, "robotwin"))
     picks = [a.choose(i) for i in range(len(a))]
     assert picks == [b.choose(i) for i in range(len(b))]
     np.testing.assert_array_equal(a[5]["action"], b[5]["action"])
@@ -127,48 +127,48 @@ def test_items_depend_only_on_seed_epoch_index(tiny_robotwin_root, data_cfg):
     assert [b.choose(i) for i in range(len(b))] != picks
     a.set_epoch(1)
     assert [a.choose(i) for i in range(20)] == [b.choose(i) for i in range(20)]
-    other_seed = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin", "seed=7"))
+    other_seed = dataset_of(data_cfg(tiny_robotwin_root, "robotwin", "seed=7"))
     assert [other_seed.choose(i) for i in range(len(a))] != picks
 
 
 def test_eval_split_is_the_last_episodes(tiny_robotwin_root, data_cfg):
-    train = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"), split="train")
-    held = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"), split="eval")
+    train = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"), split="train")
+    held = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"), split="eval")
     assert train.parts[0].episodes.tolist() == [0, 1] and held.parts[0].episodes.tolist() == [2]
     assert held.instructions() == train.instructions()
-    everything = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1",
+    everything = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1",
                                             "datasets.vla_data.holdout_episodes=0"), split="eval")
     assert everything.parts[0].episodes.tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="split"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"), split="test")
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"), split="test")
 
 
 def test_action_chunk_follows_the_window_or_the_config(tiny_robotwin_root, data_cfg):
-    ds = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1",
+    ds = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1",
                                     "framework.action_model.future_action_window_size=15"))
     assert ds[0]["action"].shape == (16, 14)
     with pytest.raises(ConfigError, match=r"robotwin50.*framework\.action_model\.future_action_window_size"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_all_50"))
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwin_all_50"))
 
 
 def test_robotwin_all_reads_clean_and_randomized_folders(tiny_robotwin_root, data_cfg, tmp_path):
     root = tmp_path / "RoboTwin"
     (root / "Clean").mkdir(parents=True)
     (root / "Clean" / "adjust_bottle").symlink_to(tiny_robotwin_root / "adjust_bottle")
-    ds = build_vla_dataset(data_cfg(root, "robotwin_all_50", "framework.action_model.future_action_window_size=49"))
+    ds = dataset_of(data_cfg(root, "robotwin_all_50", "framework.action_model.future_action_window_size=49"))
     assert [p.layout.root.name for p in ds.parts] == ["adjust_bottle"]
     assert ds[0]["action"].shape == (50, 14)
 
 
 def test_too_small_padding_width_is_a_config_error(tiny_robotwin_root, data_cfg):
     with pytest.raises(ConfigError, match=r"datasets\.vla_data\.max_action_dim=10"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.max_action_dim=10"))
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.max_action_dim=10"))
     with pytest.raises(ConfigError, match=r"datasets\.vla_data\.max_state_dim=8"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.max_state_dim=8"))
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.max_state_dim=8"))
 
 
 def test_dataloader_with_workers_gives_lists_of_examples(tiny_robotwin_root, data_cfg):
-    ds = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task2"))
+    ds = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task2"))
     loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate_fn)
     batch = next(iter(loader))
     assert isinstance(batch, list) and len(batch) == 3
@@ -180,10 +180,10 @@ def test_dataloader_with_workers_gives_lists_of_examples(tiny_robotwin_root, dat
 def test_index_is_cached_outside_the_dataset(tiny_robotwin_root, data_cfg, tmp_path, caplog, monkeypatch):
     before = snapshot(tiny_robotwin_root)
     with caplog.at_level(logging.INFO, logger="DiT4DiT.dataloader.index"):
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"))
         first = [r for r in caplog.records if "scanning" in r.getMessage()]
         caplog.clear()
-        build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+        dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"))
         second = [r for r in caplog.records if "scanning" in r.getMessage()]
     assert len(first) == 1 and not second
     cached = list((tmp_path / "cache/index").glob("*.json")) + list((tmp_path / "cache/videos").glob("*.json"))
@@ -192,5 +192,5 @@ def test_index_is_cached_outside_the_dataset(tiny_robotwin_root, data_cfg, tmp_p
     # Without cache_dir the environment variable decides.
     monkeypatch.setenv("DIT4DIT_CACHE_DIR", str(tmp_path / "env_cache"))
     cfg = data_cfg(tiny_robotwin_root, "robotwin_task1", "datasets.vla_data.cache_dir=null")
-    build_vla_dataset(cfg)
+    dataset_of(cfg)
     assert list((tmp_path / "env_cache").rglob("adjust_bottle-*.json"))

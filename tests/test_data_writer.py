@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from DiT4DiT.dataloader import build_vla_dataset
 from DiT4DiT.dataloader.writer import Episode, Storage, columns_for, video_codec, write_dataset
+from helpers.fixtures_data import dataset_of
 
 FRANKA = ("datasets.vla_data.data_config=libero_franka", "datasets.vla_data.max_state_dim=16",
           "datasets.vla_data.max_action_dim=7", "datasets.vla_data.image_size=32",
@@ -36,7 +36,7 @@ def test_recorded_episodes_read_back_by_path_with_their_values(tmp_path, data_cf
     info = json.loads((folder / "meta/info.json").read_text())
     assert info["codebase_version"] == version and info["total_frames"] == 28 and info["fps"] == 20
     assert info["features"]["observation.images.wrist_image"]["shape"] == [32, 32, 3]
-    dataset = build_vla_dataset(data_cfg(tmp_path, str(folder), *FRANKA))
+    dataset = dataset_of(data_cfg(tmp_path, str(folder), *FRANKA))
     stats = dataset.statistics()["franka"]
     assert stats["num_trajectories"] == 3 and stats["num_transitions"] == 28
     actions = np.concatenate([e.action for e in episodes])
@@ -53,4 +53,4 @@ def test_writing_again_replaces_the_dataset_whole(tmp_path, data_cfg):
     assert info["total_episodes"] == 1 and info["total_frames"] == 10
     assert sorted(p.name for p in (target / "data/chunk-000").iterdir()) == ["episode_000000.parquet"]
     assert [p.name for p in tmp_path.iterdir()] == ["demos"]
-    assert build_vla_dataset(data_cfg(tmp_path, str(target), *FRANKA))[0]["lang"] == "second"
+    assert dataset_of(data_cfg(tmp_path, str(target), *FRANKA))[0]["lang"] == "second"

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from DiT4DiT.config.schema import load_config
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
 from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_process, fake_npu_smi
+from helpers.sections import run_sections
 
 
 @pytest.mark.slow
@@ -179,16 +179,19 @@ def test_ascend_rt_visible_devices_rules():
     assert visible_ids(8, "9") == []  # out of range
 
 
+def sections(*overrides: str):
+    return run_sections(TINY_YAML, *overrides)
+
+
 def test_parameter_count_and_estimate_scale(tiny_pipeline_dir):
     from diffusers import CosmosTransformer3DModel
 
     transformer = CosmosTransformer3DModel.from_pretrained(tiny_pipeline_dir / "transformer")
     assert safetensors_param_count(tiny_pipeline_dir / "transformer") == sum(p.numel() for p in transformer.parameters())
-    cfg = load_config(TINY_YAML, [])
-    one, two = (estimate_training_memory(tiny_pipeline_dir, cfg, n, views=3) for n in (1, 2))
+    one, two = (estimate_training_memory(tiny_pipeline_dir, *sections(), n, views=3) for n in (1, 2))
     assert two.static_gib < one.static_gib and two.activation_gib == one.activation_gib
-    two_four_eight = [estimate_training_memory(tiny_pipeline_dir, load_config(
-        TINY_YAML, [f"datasets.vla_data.per_device_batch_size={batch}"]), 1, 3).activation_gib for batch in (2, 4, 8)]
+    two_four_eight = [estimate_training_memory(tiny_pipeline_dir, *sections(f"datasets.vla_data.per_device_batch_size={b}"),
+                                               1, 3).activation_gib for b in (2, 4, 8)]
     # Activations grow with the batch (plus what one pass holds whatever the batch).
     assert two_four_eight[2] - two_four_eight[1] == pytest.approx(2 * (two_four_eight[1] - two_four_eight[0]))
     assert two_four_eight[0] > 0
@@ -199,7 +202,7 @@ def test_parameter_count_and_estimate_scale(tiny_pipeline_dir):
 def test_estimate_counts_what_the_freeze_list_freezes_and_the_mixtures_cameras(tiny_pipeline_dir):
     assert (mixture_views("robotwin"), mixture_views("gr1_pick_place")) == (3, 1)
     estimate = lambda freeze, views=3: estimate_training_memory(  # noqa: E731
-        tiny_pipeline_dir, load_config(TINY_YAML, [f"trainer.freeze_modules={freeze}"]), 1, views)
+        tiny_pipeline_dir, *sections(f"trainer.freeze_modules={freeze}"), 1, views)
     listed = estimate("backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae,"
                       "backbone_interface.extractor.transformer")
     # A parent path freezes everything below it, as freeze_modules does.

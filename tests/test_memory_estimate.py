@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from DiT4DiT.config.schema import load_config
 from DiT4DiT.memory_estimate import (GIB, HEAD_BYTES_WITHOUT_DEEPSPEED, MEASURED,
                                      NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN, action_head_params,
                                      action_head_saved_bytes, cosmos_block_saved_bytes,
                                      estimate_training_memory)
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.tools.measure_activation_memory import cosmos_saved_bytes, cosmos_transformer
+from helpers.sections import run_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,12 +54,12 @@ def header_only_2b(tmp_path_factory) -> Path:
 
 
 def robotwin(*overrides: str):
-    return load_config(ROBOTWIN_YAML, list(overrides))
+    return run_sections(ROBOTWIN_YAML, *overrides)
 
 
 def test_checkpointing_lowers_the_activations_by_the_measured_factor(header_only_2b):
-    plain = estimate_training_memory(header_only_2b, robotwin(), 16, 3)
-    recomputing = estimate_training_memory(header_only_2b, robotwin("trainer.enable_gradient_checkpointing=true"), 16, 3)
+    plain = estimate_training_memory(header_only_2b, *robotwin(), 16, 3)
+    recomputing = estimate_training_memory(header_only_2b, *robotwin("trainer.enable_gradient_checkpointing=true"), 16, 3)
     assert plain.tokens_per_sample == 1176 and recomputing.static_gib == plain.static_gib
     block, kept = (MEASURED[name]["per_video_token"] for name in ("video_pass_block", "video_pass_checkpointed_block"))
     assert kept == 2048 * 2 and block / kept > 50  # a checkpointed block keeps only its bf16 input
@@ -71,22 +71,22 @@ def test_checkpointing_lowers_the_activations_by_the_measured_factor(header_only
 
 
 def test_the_npu_adds_the_fused_ropes_float32_q_and_k(header_only_2b):
-    npu, cuda = (estimate_training_memory(header_only_2b, robotwin(), 16, 3, device_kind=kind) for kind in ("npu", "cuda"))
+    npu, cuda = (estimate_training_memory(header_only_2b, *robotwin(), 16, 3, device_kind=kind) for kind in ("npu", "cuda"))
     added = NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN * 2048 * 1176 * 4 * 28  # every block's q and k, batch 4
     assert (npu.activation_gib - cuda.activation_gib) * GIB == pytest.approx(added)
     assert added / GIB == pytest.approx(2.0, abs=0.1)  # issue 32: "about 2 GiB per die at the robotwin shape"
 
 
 def test_zero3_shards_the_weights_and_gradients_too(header_only_2b):
-    two, three = (estimate_training_memory(header_only_2b, robotwin(), 16, 3, zero_stage=stage) for stage in (2, 3))
+    two, three = (estimate_training_memory(header_only_2b, *robotwin(), 16, 3, zero_stage=stage) for stage in (2, 3))
     assert three.activation_gib == two.activation_gib and three.static_gib < two.static_gib
     trainable = SNAPSHOT_PARAMETERS["transformer"]  # and the head, which both count alike
     assert (two.static_gib - three.static_gib) * GIB > 4 * trainable * 15 / 16 - 2 * 10**9 * 2
 
 
 def test_a_released_text_encoder_counts_only_at_start_up(header_only_2b):
-    released = estimate_training_memory(header_only_2b, robotwin(), 16, 3)
-    kept = estimate_training_memory(header_only_2b, robotwin("trainer.save_full_state_dict=true"), 16, 3)
+    released = estimate_training_memory(header_only_2b, *robotwin(), 16, 3)
+    kept = estimate_training_memory(header_only_2b, *robotwin("trainer.save_full_state_dict=true"), 16, 3)
     text_encoder = 2 * SNAPSHOT_PARAMETERS["text_encoder"] / GIB
     assert kept.static_gib == pytest.approx(released.static_gib + text_encoder) == released.startup_gib
     assert released.total_gib == max(released.static_gib + released.activation_gib, released.startup_gib)
@@ -129,15 +129,15 @@ def test_freezing_counts_each_stored_tensor_under_the_frozen_modules(named_2b):
     """trainer.freeze_modules naming the transformer's blocks (as the full-size rehearsal does) freezes their
     tensors only: the embeddings, the text projection and the output layers keep gradients and Adam state, and the
     video pass keeps the frozen blocks' activations, since its backward goes through them to the patch embedding."""
-    cfg = frozen_robotwin(BLOCKS)
-    est = estimate_training_memory(named_2b, cfg, 16, 3)
+    framework, trainer, data = frozen_robotwin(BLOCKS)
+    est = estimate_training_memory(named_2b, framework, trainer, data, 16, 3)
     blocks = sum(n for name, n in NAMED_TRANSFORMER.items() if name.startswith("transformer_blocks."))
-    trainable = sum(NAMED_TRANSFORMER.values()) - blocks + action_head_params(cfg)
+    trainable = sum(NAMED_TRANSFORMER.values()) - blocks + action_head_params(framework.action_model)
     frozen = blocks + SNAPSHOT_PARAMETERS["vae"]  # the frozen text encoder is released
     assert est.static_gib * GIB == pytest.approx(2 * frozen + (4 + 12 / 16) * trainable)
 
-    everything = estimate_training_memory(named_2b, frozen_robotwin("backbone_interface.extractor.transformer"), 16, 3)
-    nothing = estimate_training_memory(named_2b, robotwin(), 16, 3)
+    everything = estimate_training_memory(named_2b, *frozen_robotwin("backbone_interface.extractor.transformer"), 16, 3)
+    nothing = estimate_training_memory(named_2b, *robotwin(), 16, 3)
     # The frozen blocks' video pass: each block keeps what its backward to the input needs, not its linear inputs.
     per_block = (cosmos_block_saved_bytes(2048, 1176, 512, False, 4) - cosmos_block_saved_bytes(2048, 1176, 512, False, 4, True))
     assert per_block > 0.2 * cosmos_block_saved_bytes(2048, 1176, 512, False, 4)
@@ -146,7 +146,7 @@ def test_freezing_counts_each_stored_tensor_under_the_frozen_modules(named_2b):
 
     # Training only the output layers keeps no block's activations either.
     before = ",".join(f"backbone_interface.extractor.transformer.{m}" for m in ("patch_embed", "crossattn_proj", "time_embed"))
-    outputs_only = estimate_training_memory(named_2b, frozen_robotwin(BLOCKS, before), 16, 3)
+    outputs_only = estimate_training_memory(named_2b, *frozen_robotwin(BLOCKS, before), 16, 3)
     assert outputs_only.activation_gib == everything.activation_gib
 
 
@@ -154,10 +154,11 @@ def test_without_deepspeed_adamw_keeps_its_state_in_each_parameters_dtype(named_
     """ZeRO stage 0 (plain AdamW, as the CPU trainer and the device check run): bf16 parts hold weight, gradient
     and two moments in bf16 (8 B per trained parameter), the float32 action head 16 B and float32 activations;
     before the first step (while the prompt store fills) only the weights exist."""
-    cfg = frozen_robotwin(BLOCKS)
-    plain, zero2 = (estimate_training_memory(named_2b, cfg, 1, 3, zero_stage=z, device_kind="cpu") for z in (0, 2))
+    framework, trainer, data = frozen_robotwin(BLOCKS)
+    plain, zero2 = (estimate_training_memory(named_2b, framework, trainer, data, 1, 3, zero_stage=z, device_kind="cpu")
+                    for z in (0, 2))
     blocks = sum(n for name, n in NAMED_TRANSFORMER.items() if name.startswith("transformer_blocks."))
-    trained, head = sum(NAMED_TRANSFORMER.values()) - blocks, action_head_params(cfg)
+    trained, head = sum(NAMED_TRANSFORMER.values()) - blocks, action_head_params(framework.action_model)
     frozen = blocks + SNAPSHOT_PARAMETERS["vae"]
     head_bytes = HEAD_BYTES_WITHOUT_DEEPSPEED
     assert plain.static_gib * GIB == pytest.approx(2 * frozen + 8 * trained + 4 * head_bytes * head)
@@ -165,5 +166,5 @@ def test_without_deepspeed_adamw_keeps_its_state_in_each_parameters_dtype(named_
                                                     + head_bytes * head)
     assert zero2.static_gib * GIB == pytest.approx(2 * frozen + 16 * (trained + head))
     # The head computes in float32: twice the bf16 head's saved bytes, for each of the batch's 4 samples.
-    head_saved = 4 * action_head_saved_bytes(cfg, 1176, False)
+    head_saved = 4 * action_head_saved_bytes(framework.action_model, trainer.repeated_diffusion_steps, 1176, False)
     assert (plain.activation_gib - zero2.activation_gib) * GIB == pytest.approx(head_saved)

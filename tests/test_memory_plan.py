@@ -5,16 +5,17 @@ launcher's preflight (in-process, made-up machines)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
-from DiT4DiT.config.schema import load_config
 from DiT4DiT.doctor import memory_plan
 from DiT4DiT.memory_estimate import estimate_training_memory
 from DiT4DiT.launch import options, plan as planning
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.tools.full_size_cosmos import write_shapes_only
 from helpers.doctor_runs import ROOT, doctor
+from helpers.sections import run_sections as sections
 
 ROBOTWIN = ROOT / memory_plan.ORIGINAL_CONFIGS["robotwin"]
 LIBERO = ROOT / memory_plan.ORIGINAL_CONFIGS["libero"]
@@ -28,23 +29,24 @@ def real_sizes(tmp_path_factory):
 
 
 def test_zero3_and_checkpointing_lower_the_estimate(real_sizes):
-    cfg = memory_plan.with_keys(load_config(LIBERO, []), trainer__enable_gradient_checkpointing=False)
-    two, three = (estimate_training_memory(real_sizes, cfg, 16, 2, zero_stage=z) for z in (2, 3))
+    framework, trainer, data = sections(LIBERO, "trainer.enable_gradient_checkpointing=false")
+    two, three = (estimate_training_memory(real_sizes, framework, trainer, data, 16, 2, zero_stage=z) for z in (2, 3))
     assert three.static_gib < two.static_gib and three.activation_gib == two.activation_gib
-    on = estimate_training_memory(real_sizes, memory_plan.with_keys(cfg, trainer__enable_gradient_checkpointing=True), 16, 2)
+    on = estimate_training_memory(real_sizes, framework, replace(trainer, enable_gradient_checkpointing=True), data,
+                                  16, 2)
     assert on.activation_gib < two.activation_gib / 5 and on.static_gib == two.static_gib
-    ddp = estimate_training_memory(real_sizes, cfg, 16, 2, zero_stage=0)  # nothing shared without DeepSpeed
+    ddp = estimate_training_memory(real_sizes, framework, trainer, data, 16, 2, zero_stage=0)  # nothing shared without DeepSpeed
     assert ddp.static_gib > two.static_gib
 
 
 def test_fitting_run_has_no_options(real_sizes):
-    result = memory_plan.plan(real_sizes, load_config(ROBOTWIN, []), memory_plan.Run(16), 3, free_gib=60.7)
+    result = memory_plan.plan(real_sizes, *sections(ROBOTWIN), memory_plan.Run(16), 3, free_gib=60.7)
     assert result.fits and result.options == [] and result.lines()[0].startswith("fits as is: need ~")
 
 
 def test_each_kind_of_change_is_a_line_with_numbers_and_flags(real_sizes):
-    cfg = load_config(ROBOTWIN, [])  # batch 4, 3 views, no checkpointing
-    result = memory_plan.plan(real_sizes, cfg, memory_plan.Run(16), 3, free_gib=35.0)
+    # batch 4, 3 views, no checkpointing
+    result = memory_plan.plan(real_sizes, *sections(ROBOTWIN), memory_plan.Run(16), 3, free_gib=35.0)
     assert not result.fits
     changes = {o.flags[0].split("=")[0]: o for o in result.options}
     assert set(changes) == {"--trainer.enable_gradient_checkpointing", "--per_device_batch_size", "--launch_config",
@@ -61,8 +63,8 @@ def test_each_kind_of_change_is_a_line_with_numbers_and_flags(real_sizes):
 
 def test_changes_are_stacked_when_none_fits_alone(real_sizes):
     # trains everything, text encoder included, at batch 16; its YAML's checkpointing off
-    cfg = memory_plan.with_keys(load_config(LIBERO, []), trainer__enable_gradient_checkpointing=False)
-    result = memory_plan.plan(real_sizes, cfg, memory_plan.Run(2), 2, free_gib=60.7)
+    result = memory_plan.plan(real_sizes, *sections(LIBERO, "trainer.enable_gradient_checkpointing=false"),
+                              memory_plan.Run(2), 2, free_gib=60.7)
     best = result.best
     assert best is not None and " + " in best.change
     assert "--trainer.enable_gradient_checkpointing=true" in best.flags and "--num_processes=16" in best.flags

@@ -8,6 +8,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.DiT4DiT import DiT4DiT
 from DiT4DiT.model.framework.base_framework import RunFolderError
@@ -61,7 +63,7 @@ def _write_run(model, run_dir, state_dict) -> str:
 
 def _trainable_state(model) -> dict[str, torch.Tensor]:
     """What the trainer saves: everything but the modules the config says its checkpoints leave out."""
-    left_out = tuple(path + "." for path in left_out_of_checkpoints(model.config))
+    left_out = tuple(path + "." for path in left_out_of_checkpoints(section(model.config.trainer, TrainerSection)))
     return {k: v for k, v in model.state_dict().items() if not k.startswith(left_out)}
 
 

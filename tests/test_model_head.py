@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.sections import FrameworkActionModelSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 
 
@@ -25,7 +27,7 @@ def _tiny_head():
         ],
     )
     torch.manual_seed(0)
-    return build_action_head(cfg.framework.action_model, feature_dim=24)
+    return build_action_head(section(cfg.framework.action_model, FrameworkActionModelSection), feature_dim=24)
 
 
 def test_loss_is_the_mean_squared_error_over_unmasked_entries():

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.sections import FrameworkActionModelSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 
@@ -35,7 +37,7 @@ ROBOCASA_HEAD = [
 def dit_b_head():
     cfg = load_config(None, ROBOCASA_HEAD)
     with torch.device("meta"):
-        return build_action_head(cfg.framework.action_model, feature_dim=2048)
+        return build_action_head(section(cfg.framework.action_model, FrameworkActionModelSection), feature_dim=2048)
 
 
 def test_dit_b_head_parameter_count(dit_b_head):

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.training.metrics import MetricsLogger, wandb_mode, with_original_names
+from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.typed import section
+from DiT4DiT.training.metrics import MetricsLogger, WandbRun, wandb_mode, with_original_names
 
 TINY_YAML = Path(__file__).resolve().parents[1] / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 
@@ -25,7 +27,7 @@ def test_an_exported_wandb_mode_wins_over_the_default_and_the_key_over_both(expo
     else:
         monkeypatch.setenv("WANDB_MODE", exported)
     cfg = load_config(TINY_YAML, [f"wandb_mode={override}"] if override else [])
-    assert wandb_mode(cfg) == expected
+    assert wandb_mode(cfg.wandb_mode) == WandbRun.of(cfg).mode == expected
 
 
 def test_a_yaml_without_seed_gets_the_originals_default(tmp_path):
@@ -48,7 +50,7 @@ def test_the_originals_metric_names_are_added_not_substituted():
 def test_wandb_receives_both_names_and_metrics_jsonl_keeps_ours(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = load_config(TINY_YAML, ["trackers=[jsonl,wandb]", "wandb_mode=offline", f"run_root_dir={tmp_path}"])
-    logger = MetricsLogger(cfg, tmp_path, start_step=0)
+    logger = MetricsLogger(section(cfg.trainer, TrainerSection), tmp_path, 0, cfg.trackers, WandbRun.of(cfg))
     try:
         logger.log({"step": 1, "action_loss": 0.5, "future_video_loss": 0.2, "total_loss": 0.7})
         logger.log({"step": 1, "eval_action_mse": 0.25})

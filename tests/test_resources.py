@@ -8,21 +8,21 @@ import re
 import pytest
 import torch
 
-from DiT4DiT.config.schema import load_config
 from DiT4DiT.training.resources import ResourceError, check_resources, time_to_finish, usable_cores
 from helpers.doctor_runs import TINY_YAML, doctor
+from helpers.sections import run_sections
 
 TINY = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
 
 
 def tiny(pipeline, *overrides):
-    return load_config(TINY, [f"framework.cosmos25.base_model={pipeline}", *overrides])
+    return run_sections(TINY, f"framework.cosmos25.base_model={pipeline}", *overrides)
 
 
 def test_frames_no_machine_can_hold_are_refused_with_the_numbers(tiny_pipeline_dir):
     cfg = tiny(tiny_pipeline_dir, "datasets.vla_data.image_size=16384", "datasets.vla_data.num_workers=2")
     with pytest.raises(ResourceError) as refused:
-        check_resources(cfg, 1, torch.device("cpu"))
+        check_resources(*cfg, 1, torch.device("cpu"))
     message = str(refused.value)
     assert "host memory: need ~1 process(es) x (" in message
     assert "2 workers x 2 prefetched" in message and "GiB available" in message
@@ -38,7 +38,7 @@ def test_the_doctor_counts_the_host_memory_the_trainer_refuses(tiny_pipeline_dir
     # A device host: on a CPU one the trainer adds the training itself, which the doctor does not count.
     monkeypatch.setattr("DiT4DiT.training.resources.device_total_bytes", lambda device: 2**60)
     with pytest.raises(ResourceError) as refused:
-        check_resources(load_config(str(config), [f"framework.cosmos25.base_model={tiny_pipeline_dir}"]), 2,
+        check_resources(*run_sections(config, f"framework.cosmos25.base_model={tiny_pipeline_dir}"), 2,
                         torch.device("cpu"))
     _, lines = doctor("--config_yaml", str(config), "--base_model", str(tiny_pipeline_dir), "--num_processes", "2")
     need = re.compile(r"2 process\(es\) x \(.*3 workers x 2 prefetched.*\) = [0-9.]+ GiB")
@@ -49,14 +49,14 @@ def test_the_doctor_counts_the_host_memory_the_trainer_refuses(tiny_pipeline_dir
 
 def test_an_expert_may_start_anyway(tiny_pipeline_dir):
     cfg = tiny(tiny_pipeline_dir, "datasets.vla_data.image_size=16384", "trainer.ignore_resource_check=true")
-    warnings = check_resources(cfg, 1, torch.device("cpu"))
+    warnings = check_resources(*cfg, 1, torch.device("cpu"))
     assert any("host memory" in w and "starting anyway" in w for w in warnings)
 
 
 def test_the_tiny_run_fits_and_more_workers_than_cores_is_a_warning(tiny_pipeline_dir):
-    assert check_resources(tiny(tiny_pipeline_dir, "datasets.vla_data.num_workers=0"), 1, torch.device("cpu")) == []
+    assert check_resources(*tiny(tiny_pipeline_dir, "datasets.vla_data.num_workers=0"), 1, torch.device("cpu")) == []
     cores = usable_cores()
-    warnings = check_resources(tiny(tiny_pipeline_dir, f"datasets.vla_data.num_workers={cores + 1}"), 1, torch.device("cpu"))
+    warnings = check_resources(*tiny(tiny_pipeline_dir, f"datasets.vla_data.num_workers={cores + 1}"), 1, torch.device("cpu"))
     assert len(warnings) == 1 and f"{cores + 1} data workers for {cores} cores" in warnings[0]
 
 

@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 from DiT4DiT.config.schema import leaves, load_config
-from DiT4DiT.dataloader import build_vla_datasets, save_dataset_statistics
+from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import RunFolderError, recorded_config
@@ -30,6 +30,7 @@ from DiT4DiT.serving.server import running_server
 from DiT4DiT.tools.tiny_dataset import generate
 from DiT4DiT.training.checkpoint import original_server_note
 from DiT4DiT.training.train import main as train_main
+from helpers.fixtures_data import dataset_of
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_YAML = REPO / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
@@ -244,7 +245,7 @@ def test_actions_are_in_robot_units_for_each_family(mixture, tiny_pipeline_dir, 
         "datasets.vla_data.holdout_episodes=0"])
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
-    statistics = build_vla_datasets(cfg, ("train",))["train"].statistics()
+    statistics = dataset_of(cfg).statistics()
     save_dataset_statistics(statistics, run_dir / "dataset_statistics.json")
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(recorded_config(cfg)))
     torch.manual_seed(2)

@@ -203,10 +203,11 @@ def test_sigterm_is_noted_and_a_second_one_restores_the_default():
 
 def test_resume_normalises_with_the_saved_statistics_and_never_rewrites_them(tiny_robotwin_root, data_cfg, tmp_path,
                                                                             caplog):
-    from DiT4DiT.dataloader import build_vla_dataset, save_dataset_statistics
+    from DiT4DiT.dataloader import save_dataset_statistics
+    from helpers.fixtures_data import dataset_of
     from DiT4DiT.dataloader.transforms import Normalizer
 
-    dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+    dataset = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"))
     (tag, saved), = dataset.statistics().items()
     saved["action"]["max"] = [m + 1.0 for m in saved["action"]["max"]]  # the run started on other data
     path = tmp_path / "dataset_statistics.json"
@@ -222,9 +223,9 @@ def test_resume_normalises_with_the_saved_statistics_and_never_rewrites_them(tin
 
 
 def test_a_run_without_saved_statistics_gets_the_current_ones(tiny_robotwin_root, data_cfg, tmp_path):
-    from DiT4DiT.dataloader import build_vla_dataset
+    from helpers.fixtures_data import dataset_of
 
-    dataset = build_vla_dataset(data_cfg(tiny_robotwin_root, "robotwin_task1"))
+    dataset = dataset_of(data_cfg(tiny_robotwin_root, "robotwin_task1"))
     resume.use_saved_statistics([dataset], tmp_path / "dataset_statistics.json", is_main=True)
     assert json.loads((tmp_path / "dataset_statistics.json").read_text()) == dataset.statistics()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,8 @@ import torch
 from omegaconf import OmegaConf
 
 from DiT4DiT.config.schema import ConfigError, load_config
-from DiT4DiT.dataloader.build import build_vla_dataset
+from DiT4DiT.config.sections import DatasetsVlaDataSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.evaluation.observations import camera_fields
 from DiT4DiT.evaluation.open_loop import evaluate_episode
@@ -25,6 +27,7 @@ from DiT4DiT.serving.layout import run_layout
 from DiT4DiT.serving.policy import Policy, RequestError
 from DiT4DiT.serving.server import running_server
 from DiT4DiT.tools.tiny_dataset import generate_lerobot
+from helpers.fixtures_data import dataset_of
 from helpers.training_runs import train_in_process
 
 SIZE = 32  # the tiny config's image_size
@@ -93,7 +96,7 @@ def one_thread():
 
 def _training_sample(run: Path, index: int = 3):
     """(the dataset's sample `index` as training builds it, the raw step it was made from), from the run's config."""
-    dataset = build_vla_dataset(load_config(run / "config.yaml"))
+    dataset = dataset_of(load_config(run / "config.yaml"))
     position, step = dataset.choose(index)
     return dataset[index], dataset.parts[position].read(step, dataset.frame_decoder)
 
@@ -219,7 +222,7 @@ def test_a_request_in_the_other_layout_is_refused_with_the_runs_shape(frames_pol
 
 @pytest.mark.slow
 def test_open_loop_evaluation_feeds_the_runs_layout(frames_run, frames_policy):
-    dataset = build_vla_dataset(load_config(frames_run / "config.yaml"), split="eval")
+    dataset = dataset_of(load_config(frames_run / "config.yaml"), split="eval")
     part = dataset.parts[0]
     with ExtractorInputs(frames_policy.model) as inputs:
         evaluate_episode(frames_policy, part, dataset.frame_decoder, 0)
@@ -229,9 +232,9 @@ def test_open_loop_evaluation_feeds_the_runs_layout(frames_run, frames_policy):
     torch.testing.assert_close(served[0], first, rtol=0, atol=0)
 
 
-def _config(views="auto", data_mix="demo_sim_pick_place", data_config="auto"):
-    return OmegaConf.create({"datasets": {"vla_data": {"views": views, "data_mix": data_mix, "data_config": data_config,
-                                                       "data_root_dir": None}}})
+def _config(views="auto", data_mix="demo_sim_pick_place", data_config="auto") -> DatasetsVlaDataSection:
+    data = section(load_config(None).datasets.vla_data, DatasetsVlaDataSection)
+    return replace(data, views=views, data_mix=data_mix, data_config=data_config, data_root_dir=None)
 
 
 def test_the_layout_comes_from_the_config_key_then_the_statistics_then_the_data_configs(tmp_path):

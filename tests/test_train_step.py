@@ -10,6 +10,8 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.training.optim import build_lr_scheduler, build_param_groups
 from DiT4DiT.training.sampler import ResumableBatchOrder
 from DiT4DiT.errors import TrainingError
@@ -43,7 +45,7 @@ def _run(micro_batches, accumulation, model):
     model, optimizer = accelerator.prepare(model, optimizer)
     order = ResumableBatchOrder(len(micro_batches), 1, 0, 1, cfg.seed)
     values = train_step(micro_batches, 0, model=model, optimizer=optimizer, scheduler=scheduler, accelerator=accelerator,
-                        cfg=cfg, batch_order=order)
+                        trainer=section(cfg.trainer, TrainerSection), batch_order=order)
     return accelerator.unwrap_model(model), values
 
 

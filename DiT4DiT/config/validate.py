@@ -166,6 +166,8 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     otherwise); warnings for odd but legal values."""
     cosmos, data, trainer = cfg.framework.cosmos25, cfg.datasets.vla_data, cfg.trainer
     from DiT4DiT.dataloader.mixtures import is_path, resolve_data_mix
+    from DiT4DiT.config.sections import TrainerSection
+    from DiT4DiT.config.typed import section
     from DiT4DiT.training.closed_loop_eval import check_config as check_closed_loop_eval
 
     if is_path(data.data_mix):
@@ -179,7 +181,7 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     if trainer.pretrained_checkpoint:
         _require(Path(trainer.pretrained_checkpoint).is_file(),
                  f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
-    check_closed_loop_eval(cfg)
+    check_closed_loop_eval(section(cfg.trainer, TrainerSection))
     problems = pipeline_folder_problems(cosmos.base_model)  # last: it reads a header per weight file
     _require(not problems, " | ".join(problems))
     check_backbone_fits(cfg)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.dataloader import checks
 from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.dataloader.data_configs import DataConfig
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "eval")
 
 
-def sample_shape(vla, action_horizon: int) -> SampleShape:
+def sample_shape(vla: DatasetsVlaDataSection, action_horizon: int) -> SampleShape:
     return SampleShape(
         video_offsets=tuple(vla.video_delta_indices[:: vla.action_video_freq_ratio]),
         action_horizon=action_horizon,
@@ -113,7 +114,7 @@ def _tag_statistics(members: list[tuple[EpisodeSteps, DatasetIndex]]) -> tuple[d
                    Normalizer(action_modes, action, [s.width for s in first.action_slices]))
 
 
-def _views(vla, indexed: list[tuple[EpisodeSteps, DatasetIndex]]) -> str:
+def _views(vla: DatasetsVlaDataSection, indexed: list[tuple[EpisodeSteps, DatasetIndex]]) -> str:
     """The camera layout of the run: datasets.vla_data.views, or (auto) the one of the mixture's data configs."""
     if vla.views != "auto":
         return vla.views
@@ -125,7 +126,7 @@ def _views(vla, indexed: list[tuple[EpisodeSteps, DatasetIndex]]) -> str:
     return next(iter(several), "side_by_side")
 
 
-def _index(layout: DatasetLayout, steps: EpisodeSteps, vla, cache_dir: Path) -> DatasetIndex:
+def _index(layout: DatasetLayout, steps: EpisodeSteps, vla: DatasetsVlaDataSection, cache_dir: Path) -> DatasetIndex:
     numeric = sorted({s.column for s in steps.slices().values()})
     index = load_index(layout, numeric, steps.language_column, cache_dir, vla.skip_non_finite_episodes)
     if vla.statistics == "dataset":
@@ -134,10 +135,11 @@ def _index(layout: DatasetLayout, steps: EpisodeSteps, vla, cache_dir: Path) -> 
     return index
 
 
-def build_datasets(vla, *, action_horizon: int, seed: int, splits=SPLITS) -> dict[str, MixtureDataset]:
-    """The datasets of `vla.data_mix` (the `datasets.vla_data` section), one per split ("eval" = the held-out
-    episodes), from one pass over its folders: each dataset is indexed once and the statistics are merged once.
-    `action_horizon` is the run's action chunk; `seed` fixes the sample order."""
+def build_vla_datasets(vla: DatasetsVlaDataSection, action_horizon: int, seed: int,
+                       splits=SPLITS) -> dict[str, MixtureDataset]:
+    """The datasets of `vla.data_mix`, one per split ("eval" = the held-out episodes), from one pass over its
+    folders: each dataset is indexed once and the statistics are merged once. `action_horizon` is the run's action
+    chunk (framework.action_model.future_action_window_size + 1); `seed` fixes the sample order."""
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise ValueError(f"split={unknown[0]!r}: use one of {list(SPLITS)}")
@@ -188,12 +190,6 @@ def build_datasets(vla, *, action_horizon: int, seed: int, splits=SPLITS) -> dic
     return datasets
 
 
-def build_vla_datasets(cfg, splits=SPLITS) -> dict[str, MixtureDataset]:
-    """`build_datasets` for a whole run config: its data section, action chunk and seed."""
-    return build_datasets(cfg.datasets.vla_data, action_horizon=cfg.framework.action_model.future_action_window_size + 1,
-                          seed=cfg.seed, splits=splits)
-
-
 def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, holdout: int, split: str) -> EpisodeSteps:
     layout = steps.layout
     selected = EpisodeSteps(layout, steps.config, shape)
@@ -203,6 +199,7 @@ def _split_steps(steps: EpisodeSteps, index: DatasetIndex, shape: SampleShape, h
     return selected
 
 
-def build_vla_dataset(cfg, split: str = "train") -> MixtureDataset:
+def build_vla_dataset(vla: DatasetsVlaDataSection, action_horizon: int, seed: int,
+                      split: str = "train") -> MixtureDataset:
     """The mixture dataset named by `datasets.vla_data.data_mix`; `split="eval"` gives the held-out episodes."""
-    return build_vla_datasets(cfg, (split,))[split]
+    return build_vla_datasets(vla, action_horizon, seed, (split,))[split]

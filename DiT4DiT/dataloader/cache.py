@@ -24,13 +24,12 @@ def cache_root(configured: str | os.PathLike | None) -> Path:
     return Path.home() / ".cache" / "dit4dit"
 
 
-def prompt_store_root(cfg) -> Path:
+def prompt_store_root(prompt_store_dir: str | None, cache_dir: str | None) -> Path:
     """framework.cosmos25.prompt_store_dir, else <datasets.vla_data.cache_dir>/prompt_embeddings.
 
     Here, beside cache_root and free of torch, so that the doctor can place the store without importing it.
     """
-    configured = cfg.framework.cosmos25.prompt_store_dir
-    return Path(configured).expanduser() if configured else cache_root(cfg.datasets.vla_data.cache_dir) / "prompt_embeddings"
+    return Path(prompt_store_dir).expanduser() if prompt_store_dir else cache_root(cache_dir) / "prompt_embeddings"
 
 
 def fingerprint(layout: DatasetLayout, settings: dict) -> str:

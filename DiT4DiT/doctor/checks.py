@@ -198,6 +198,14 @@ class Doctor:
         except ValueError as err:
             return None, str(err)
 
+    def sections(self):
+        """The loaded config's (framework, trainer, data) sections, which the memory checks read."""
+        from DiT4DiT.config.sections import ConfigSections
+        from DiT4DiT.config.typed import section
+
+        typed = section(self.cfg, ConfigSections)
+        return typed.framework, typed.trainer, typed.datasets.vla_data
+
     def torch_npu_probe(self) -> tuple[dict | None, str]:
         if self._probe is None:
             self._probe = run_probe(_TORCH_NPU_PROBE)
@@ -427,7 +435,8 @@ class Doctor:
         name = "device_memory"
         if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
-        views = mixture_views(self.cfg.datasets.vla_data.data_mix, self.cfg.datasets.vla_data.data_config)
+        framework, trainer, data = self.sections()
+        views = mixture_views(data.data_mix, data.data_config)
         kind = "npu" if self.topo or not host_kind.nvidia_present() else "cuda"
         free_gib = self.args.device_memory_gib
         if free_gib is None:
@@ -435,7 +444,7 @@ class Doctor:
         zero_stage = memory_plan.launch_zero_stage(self.args.launch_config, memory_plan.REPO)
         run = memory_plan.Run(self.num_processes, self.num_machines, zero_stage)
         try:
-            result = memory_plan.plan(self.base_model, self.cfg, run, views, free_gib or 0.0, kind)
+            result = memory_plan.plan(self.base_model, framework, trainer, data, run, views, free_gib or 0.0, kind)
         except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
             return Check(name, "WARN", f"no estimate: {type(err).__name__}: {err} in {self.base_model}'s configs",
                          "check transformer/config.json against the snapshot's")
@@ -443,7 +452,7 @@ class Doctor:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
         est = result.current
         need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "
-                f"{est.activation_gib:.1f} at batch {self.cfg.datasets.vla_data.per_device_batch_size}, ZeRO-{zero_stage}, "
+                f"{est.activation_gib:.1f} at batch {data.per_device_batch_size}, ZeRO-{zero_stage}, "
                 f"{run.processes} process(es))")
         if free_gib is None:
             return Check(name, "SKIP", need + "; no device memory to compare with (pass --device_memory_gib GIB)")
@@ -485,8 +494,9 @@ class Doctor:
         name = "host_memory"
         if self.cfg is None or self.base_model_problems:
             return Check(name, "SKIP", "needs a loadable config and a complete base model")
-        data = self.cfg.datasets.vla_data
-        host = HostNeed.of(self.cfg, self.base_model, self.num_processes, mixture_views(data.data_mix, data.data_config))
+        framework, _, data = self.sections()
+        host = HostNeed.of(data, framework.cosmos25.torch_dtype, self.base_model, self.num_processes,
+                           mixture_views(data.data_mix, data.data_config))
         need, detail, meminfo = host.total, host.describe(), read_meminfo()
         if "MemAvailable" not in meminfo:
             return Check(name, "SKIP", detail + "; /proc/meminfo unreadable")

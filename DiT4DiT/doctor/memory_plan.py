@@ -2,21 +2,21 @@
 
     python -m DiT4DiT.doctor.memory_plan --table      # docs/full-size.md's table: 4 configs x 4 devices
 
-The doctor and the launcher's preflight call `plan()` with the config, the number of processes, the ZeRO stage
-and the free memory of the smallest device (npu-smi, nvidia-smi, or --device_memory_gib). A run fits when the
-memory estimate (DiT4DiT/memory_estimate.py) stays within HEADROOM of that memory. When it does not, each change
-is tried on a copy of the config, in this order, alone and then stacked: activation checkpointing; a smaller
-per-device batch with gradient accumulation raised to keep the global batch; ZeRO-3; more processes (a full
-node, then more nodes). Every candidate is one line with its estimate and the exact launcher flags.
+The doctor and the launcher's preflight call `plan()` with the config's framework, trainer and data sections,
+the number of processes, the ZeRO stage and the free memory of the smallest device (npu-smi, nvidia-smi, or
+--device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory_estimate.py) stays within HEADROOM of
+that memory. When it does not, each change is tried on a copy of the sections (`Setup`), in this order, alone
+and then stacked: activation checkpointing; a smaller per-device batch with gradient accumulation raised to keep
+the global batch; ZeRO-3; more processes (a full node, then more nodes). Every candidate is one line with its estimate and the exact launcher flags.
 """
 
 from __future__ import annotations
 
-import copy
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.memory_estimate import Estimate, estimate_training_memory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +53,15 @@ class Run:
     @property
     def processes(self) -> int:
         return self.processes_per_node * self.machines
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the plan's changes vary: the trainer's and the data's sections (the framework stays), and the launch."""
+
+    trainer: TrainerSection
+    data: DatasetsVlaDataSection
+    run: Run
 
 
 @dataclass(frozen=True)
@@ -95,52 +104,44 @@ class Plan:
         return lines
 
 
-def with_keys(cfg, **keys):
-    """A copy of `cfg` with dotted keys set (keys the schema does not keep yet are added)."""
-    from omegaconf import OmegaConf, open_dict
-
-    changed = copy.deepcopy(cfg)
-    OmegaConf.set_readonly(changed, False)  # the loaded config is read-only; this copy is the plan's own
-    with open_dict(changed):
-        for key, value in keys.items():
-            OmegaConf.update(changed, key.replace("__", "."), value, merge=False, force_add=True)
-    return changed
-
-
-def _candidates(cfg, run: Run, kind: str):
-    """(kind of change, in words, flags, cfg, run) for each single change, cheapest kind first; within a kind
-    from the mildest to the strongest."""
-    data = cfg.datasets.vla_data
-    batch, accumulation = int(data.per_device_batch_size), int(cfg.trainer.gradient_accumulation_steps)
-    if not cfg.trainer.enable_gradient_checkpointing:
+def _candidates(setup: Setup, kind: str):
+    """(kind of change, in words, flags, setup) for each single change, cheapest kind first; within a kind from the
+    mildest to the strongest."""
+    trainer, data, run = setup.trainer, setup.data, setup.run
+    batch, accumulation = data.per_device_batch_size, trainer.gradient_accumulation_steps
+    if not trainer.enable_gradient_checkpointing:
         yield ("checkpointing", "activation checkpointing on", ["--trainer.enable_gradient_checkpointing=true"],
-               with_keys(cfg, trainer__enable_gradient_checkpointing=True), run)
+               replace(setup, trainer=replace(trainer, enable_gradient_checkpointing=True)))
     for smaller in sorted((b for b in range(1, batch) if batch % b == 0), reverse=True):
         steps = accumulation * batch // smaller
         yield ("batch", f"per-device batch {smaller} x {steps} accumulation steps (global batch "
                f"{smaller * steps * run.processes} kept)",
                [f"--per_device_batch_size={smaller}", f"--trainer.gradient_accumulation_steps={steps}"],
-               with_keys(cfg, datasets__vla_data__per_device_batch_size=smaller,
-                         trainer__gradient_accumulation_steps=steps), run)
+               Setup(replace(trainer, gradient_accumulation_steps=steps), replace(data, per_device_batch_size=smaller),
+                     run))
     if run.zero_stage < 3:
-        yield ("zero3", "ZeRO-3 (weights and gradients sharded too)", [f"--launch_config={ZERO3_LAUNCH_CONFIG}"], cfg,
-               Run(run.processes_per_node, run.machines, 3))
+        yield ("zero3", "ZeRO-3 (weights and gradients sharded too)", [f"--launch_config={ZERO3_LAUNCH_CONFIG}"],
+               replace(setup, run=Run(run.processes_per_node, run.machines, 3)))
     node = PER_NODE[kind]
     per_node = max(run.processes_per_node, node)
     for machines in (run.machines, run.machines * 2, run.machines * 4):
         if per_node * machines > run.processes:
             flags = [f"--num_processes={per_node}"] + ([f"--num_machines={machines}"] if machines > 1 else [])
             yield ("processes", f"{machines} node(s) x {per_node} processes (global batch "
-                   f"x{per_node * machines / run.processes:g})", flags, cfg, Run(per_node, machines, run.zero_stage))
+                   f"x{per_node * machines / run.processes:g})", flags,
+                   replace(setup, run=Run(per_node, machines, run.zero_stage)))
 
 
-def plan(base_model: Path, cfg, run: Run, views: int, free_gib: float, kind: str = "npu") -> Plan | None:
-    """Whether `cfg` fits devices with `free_gib` free and, if not, the options (None without safetensors):
+def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection, data: DatasetsVlaDataSection,
+         run: Run, views: int, free_gib: float, kind: str = "npu") -> Plan | None:
+    """Whether the run fits devices with `free_gib` free and, if not, the options (None without safetensors):
     per kind of change the mildest that fits (or the strongest), then, if none fits alone, the kinds stacked."""
-    def estimate(c, r: Run) -> Estimate | None:
-        return estimate_training_memory(base_model, c, r.processes, views, zero_stage=r.zero_stage, device_kind=kind)
+    def estimate(s: Setup) -> Estimate | None:
+        return estimate_training_memory(base_model, framework, s.trainer, s.data, s.run.processes, views,
+                                        zero_stage=s.run.zero_stage, device_kind=kind)
 
-    current = estimate(cfg, run)
+    setup = Setup(trainer, data, run)
+    current = estimate(setup)
     if current is None:
         return None
     limit = HEADROOM * free_gib
@@ -148,19 +149,18 @@ def plan(base_model: Path, cfg, run: Run, views: int, free_gib: float, kind: str
     if result.fits:
         return result
     by_kind: dict[str, Option] = {}
-    for group, change, flags, c, r in _candidates(cfg, run, kind):
+    for group, change, flags, candidate in _candidates(setup, kind):
         if group in by_kind and by_kind[group].fits:
             continue
-        est = estimate(c, r)
+        est = estimate(candidate)
         by_kind[group] = Option(change, flags, est, est.total_gib <= limit)
     result.options += by_kind.values()
     if result.best is None:  # stack the kinds in order (each: its mildest that fits, else its strongest)
-        stacked_cfg, stacked_run, changes, stacked_flags = cfg, run, [], {}
-        while steps := list(_candidates(stacked_cfg, stacked_run, kind)):
+        stacked, changes, stacked_flags = setup, [], {}
+        while steps := list(_candidates(stacked, kind)):
             group = steps[0][0]
-            variants = [(s, estimate(s[3], s[4])) for s in steps if s[0] == group]
-            (_, change, flags, stacked_cfg, stacked_run), est = next(
-                (v for v in variants if v[1].total_gib <= limit), variants[-1])
+            variants = [(s, estimate(s[3])) for s in steps if s[0] == group]
+            (_, change, flags, stacked), est = next((v for v in variants if v[1].total_gib <= limit), variants[-1])
             changes.append(change)
             stacked_flags.update(flag.split("=", 1) for flag in flags)
             if len(changes) > 1:
@@ -210,23 +210,27 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
     """Markdown rows: each config on each device with `processes` processes, ZeRO-2 -> fits as is / fits with ...;
     a config that turns checkpointing on gets a second row without it."""
     from DiT4DiT.config.schema import load_config
+    from DiT4DiT.config.sections import ConfigSections
+    from DiT4DiT.config.typed import section
     from DiT4DiT.memory_estimate import mixture_views
 
     header = "| config | " + " | ".join(d.name for d in DEVICES.values()) + " |"
     rows = [header, "|" + "---|" * (len(DEVICES) + 1)]
     variants = []
     for name, path in configs.items():
-        cfg = load_config(path, [])
-        variants.append((name, cfg))
-        if cfg.trainer.enable_gradient_checkpointing:  # and what the plan says without it
-            variants.append((f"{name} without checkpointing", with_keys(cfg, trainer__enable_gradient_checkpointing=False)))
-    for name, cfg in variants:
-        views = mixture_views(cfg.datasets.vla_data.data_mix, cfg.datasets.vla_data.data_config)
+        typed = section(load_config(path, []), ConfigSections)
+        framework, trainer, data = typed.framework, typed.trainer, typed.datasets.vla_data
+        variants.append((name, framework, trainer, data))
+        if trainer.enable_gradient_checkpointing:  # and what the plan says without it
+            variants.append((f"{name} without checkpointing", framework,
+                             replace(trainer, enable_gradient_checkpointing=False), data))
+    for name, framework, trainer, data in variants:
+        views = mixture_views(data.data_mix, data.data_config)
         cells = []
         for device in DEVICES.values():
             per_node = min(processes, PER_NODE[device.kind])
             run = Run(per_node, max(processes // per_node, 1))
-            result = plan(base_model, cfg, run, views, device.memory_gib, device.kind)
+            result = plan(base_model, framework, trainer, data, run, views, device.memory_gib, device.kind)
             of = f"of {result.limit_gib:.0f} GiB"
             if result.fits:
                 cells.append(f"fits as is ({result.current.total_gib:.0f} {of})")
@@ -235,8 +239,9 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
                              f"{result.current.total_gib:.0f} as is): `{' '.join(result.best.flags)}`")
             else:
                 cells.append(f"does not fit ({result.current.total_gib:.0f} {of})")
-        rows.append(f"| {name} (batch {cfg.datasets.vla_data.per_device_batch_size}, {views} view(s), "
-                    f"{'checkpointing' if cfg.trainer.enable_gradient_checkpointing else 'no checkpointing'}) | " + " | ".join(cells) + " |")
+        checkpointing = "checkpointing" if trainer.enable_gradient_checkpointing else "no checkpointing"
+        rows.append(f"| {name} (batch {data.per_device_batch_size}, {views} view(s), {checkpointing}) | "
+                    + " | ".join(cells) + " |")
     return rows
 
 

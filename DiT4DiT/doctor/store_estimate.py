@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkCosmos25Section
+from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.dataloader.mixtures import resolve_data_mix
@@ -23,9 +25,8 @@ from DiT4DiT.dataloader.reader import DatasetLayout
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-def unique_instructions(cfg) -> tuple[int, int]:
+def unique_instructions(vla: DatasetsVlaDataSection) -> tuple[int, int]:
     """(unique task strings over the mixture's datasets found under data_root_dir, datasets found)."""
-    vla = cfg.datasets.vla_data
     root = Path(vla.data_root_dir or ".").expanduser()
     tasks, found = set(), 0
     for entry in resolve_data_mix(vla.data_mix, vla.data_config):
@@ -35,10 +36,9 @@ def unique_instructions(cfg) -> tuple[int, int]:
     return len(tasks), found
 
 
-def embedding_bytes(cfg, base_model: Path) -> int:
+def embedding_bytes(cosmos: FrameworkCosmos25Section, base_model: Path) -> int:
     config = json.loads((base_model / "text_encoder" / "config.json").read_text())
     text = config.get("text_config", config)
-    cosmos = cfg.framework.cosmos25
     width = int(text["num_hidden_layers"]) * int(text["hidden_size"])
     return int(cosmos.max_sequence_length) * width * DTYPE_BYTES[str(cosmos.torch_dtype)]
 
@@ -57,9 +57,11 @@ def free_bytes(folder: Path) -> int:
 
 def estimate(config_yaml: str, base_model: str) -> dict:
     cfg = load_config(config_yaml, [f"framework.cosmos25.base_model={base_model}"])
-    instructions, datasets = unique_instructions(cfg)
-    folder = prompt_store_root(cfg)
-    each = embedding_bytes(cfg, Path(base_model))
+    cosmos = section(cfg.framework.cosmos25, FrameworkCosmos25Section)
+    vla = section(cfg.datasets.vla_data, DatasetsVlaDataSection)
+    instructions, datasets = unique_instructions(vla)
+    folder = prompt_store_root(cosmos.prompt_store_dir, vla.cache_dir)
+    each = embedding_bytes(cosmos, Path(base_model))
     return {
         "instructions": instructions,
         "datasets": datasets,
@@ -68,8 +70,8 @@ def estimate(config_yaml: str, base_model: str) -> dict:
         "stored_bytes": stored_bytes(folder),
         "store_dir": str(folder),
         "free_bytes": free_bytes(folder),
-        "num_workers": int(cfg.datasets.vla_data.num_workers),
-        "prompt_cache": bool(cfg.framework.cosmos25.prompt_cache),
+        "num_workers": vla.num_workers,
+        "prompt_cache": cosmos.prompt_cache,
     }
 
 

@@ -104,13 +104,16 @@ def memory_plan_lines(config_yaml: Path, forwarded: list[str], base_model: str, 
     """(the memory plan for people, whether the run fits) for the config with the user's overrides; ([], True)
     when there is nothing to plan with (no safetensors)."""
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
+    from DiT4DiT.config.sections import ConfigSections
+    from DiT4DiT.config.typed import section
     from DiT4DiT.doctor import memory_plan
     from DiT4DiT.memory_estimate import mixture_views
 
-    cfg = load_config(str(config_yaml), normalize_cli_overrides(forwarded))
-    views = mixture_views(cfg.datasets.vla_data.data_mix, cfg.datasets.vla_data.data_config)
+    typed = section(load_config(str(config_yaml), normalize_cli_overrides(forwarded)), ConfigSections)
+    data = typed.datasets.vla_data
+    views = mixture_views(data.data_mix, data.data_config)
     run = memory_plan.Run(per_node, machines, memory_plan.launch_zero_stage(launch_config, memory_plan.REPO))
-    result = memory_plan.plan(Path(base_model), cfg, run, views, free_gib, kind)
+    result = memory_plan.plan(Path(base_model), typed.framework, typed.trainer, data, run, views, free_gib, kind)
     if result is None:
         return [], True
     return result.lines(), result.fits

@@ -5,12 +5,13 @@ from __future__ import annotations
 from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.facts import module_paths
 
 
-def left_out_of_checkpoints(cfg) -> list[str]:
+def left_out_of_checkpoints(trainer: TrainerSection) -> list[str]:
     """Module paths a run's checkpoints leave out: its frozen modules, unless it saves full state dicts."""
-    return [] if cfg.trainer.save_full_state_dict else module_paths(cfg.trainer.freeze_modules)
+    return [] if trainer.save_full_state_dict else module_paths(trainer.freeze_modules)
 
 
 def freeze_modules(model: nn.Module, paths: str | None) -> list[str]:

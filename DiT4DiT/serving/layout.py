@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.dataloader.data_configs import VIEW_LAYOUTS
 from DiT4DiT.errors import DiT4DiTError
 
@@ -20,14 +21,13 @@ class RunLayout:
     source: str  # where it was read, for the start-up line
 
 
-def implied_layout(vla) -> RunLayout:
+def implied_layout(vla: DatasetsVlaDataSection) -> RunLayout:
     """The layout `auto` gives the data configs of `vla.data_mix` (the ones combining several cameras)."""
     from DiT4DiT.dataloader.mixtures import resolve_data_mix
     from DiT4DiT.dataloader.modality import entry_config
 
-    root = vla.get("data_root_dir")
     try:
-        configs = [entry_config(entry, root) for entry in resolve_data_mix(vla.data_mix, vla.data_config)]
+        configs = [entry_config(entry, vla.data_root_dir) for entry in resolve_data_mix(vla.data_mix, vla.data_config)]
     except DiT4DiTError as error:
         # Only runs of ours from before datasets.vla_data.views get here (ours record the layout, the original's
         # mixtures are named), and those were all trained side by side.
@@ -44,9 +44,9 @@ def implied_layout(vla) -> RunLayout:
     return RunLayout(views, f"implied by data config {name}, as datasets.vla_data.views=auto resolves it")
 
 
-def run_layout(config, statistics_entry: dict, statistics_source: str = "dataset_statistics.json") -> RunLayout:
+def run_layout(vla: DatasetsVlaDataSection, statistics_entry: dict,
+               statistics_source: str = "dataset_statistics.json") -> RunLayout:
     """The run's layout: the config's key when set, else the one its statistics record, else the implied one."""
-    vla = config.datasets.vla_data
     if vla.views != "auto":
         return RunLayout(vla.views, "config.yaml datasets.vla_data.views")
     recorded = statistics_entry.get("views")

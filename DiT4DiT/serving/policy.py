@@ -11,6 +11,8 @@ import numpy as np
 import torch
 
 from DiT4DiT.config.schema import MAX_SEQUENCE_LENGTH
+from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import num_output_frames
@@ -60,12 +62,12 @@ class PolicyShape:
     views: str = "side_by_side"  # the run's camera layout (datasets.vla_data.views): side_by_side | as_frames
 
     @classmethod
-    def of(cls, config, max_batch: int, views: str = "side_by_side") -> "PolicyShape":
-        head, data = config.framework.action_model, config.datasets.vla_data
+    def of(cls, framework: FrameworkSection, data: DatasetsVlaDataSection, max_batch: int,
+           views: str = "side_by_side") -> "PolicyShape":
+        head = framework.action_model
         frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
-        return cls(int(data.image_size), int(head.state_dim or 0), int(head.future_action_window_size) + 1,
-                   int(head.action_dim), int(max_batch), camera_count(data.data_mix), frames,
-                   CHARS_PER_TOKEN * int(config.framework.cosmos25.max_sequence_length), views)
+        return cls(data.image_size, head.state_dim, head.future_action_window_size + 1, head.action_dim, max_batch,
+                   camera_count(data.data_mix), frames, CHARS_PER_TOKEN * framework.cosmos25.max_sequence_length, views)
 
     def frame_shape(self) -> str:
         """An `image` frame's shape for this layout, as the errors name it."""
@@ -213,10 +215,12 @@ class Policy:
         if bf16:
             model = model.to(torch.bfloat16)
         model = model.to(device).eval()
-        layout = run_layout(model.config, entry, str(stats_path))
+        data = section(model.config.datasets.vla_data, DatasetsVlaDataSection)
+        layout = run_layout(data, entry, str(stats_path))
         log.info("camera layout %s (%s): requests may send an example's cameras one by one as 'views', or 'image' "
                  "frames of that layout", layout.views, layout.source)
-        return cls(model, PolicyShape.of(model.config, max_batch, layout.views), tag, entry)
+        shape = PolicyShape.of(section(model.config.framework, FrameworkSection), data, max_batch, layout.views)
+        return cls(model, shape, tag, entry)
 
     def metadata(self) -> dict:
         """Sent on connect. `env` as the original's server; the rest lets a client build requests without the run dir."""

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import TrainerClosedLoopEvalSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError, run_main
 
 log = logging.getLogger("dit4dit.closed_loop")
@@ -47,13 +48,13 @@ class ClosedLoopEvalError(DiT4DiTError):
     """The side process could not evaluate (a server that does not start, a simulator error)."""
 
 
-def simulator_python(settings) -> Path:
+def simulator_python(settings: TrainerClosedLoopEvalSection) -> Path:
     return Path(settings.python) if settings.python else DEFAULT_PYTHON
 
 
-def check_config(cfg) -> None:
+def check_config(trainer: TrainerSection) -> None:
     """ConfigError for trainer.closed_loop_eval settings that cannot work, before anything is written."""
-    settings, trainer = cfg.trainer.closed_loop_eval, cfg.trainer
+    settings = trainer.closed_loop_eval
     if not settings.interval:
         return
     if settings.interval % trainer.save_interval:
@@ -90,7 +91,8 @@ def due(step: int, interval: int, last: int) -> bool:
 class ClosedLoopEvaluator:
     """The trainer's side: one side process at a time, its result logged when it ends (main process only)."""
 
-    def __init__(self, settings, run_dir: Path, last_step: int, record, wait_limit_s: float):
+    def __init__(self, settings: TrainerClosedLoopEvalSection, run_dir: Path, last_step: int, record,
+                 wait_limit_s: float):
         """`record(dict)` writes a result tagged with its step (MetricsLogger.log_evaluation); at the end the main
         process waits at most `wait_limit_s`, as the other ranks wait for it at the closing barrier."""
         self.settings, self.run_dir, self.last_step, self.record = settings, run_dir, last_step, record
@@ -174,13 +176,13 @@ class ClosedLoopEvaluator:
         self.collect()
 
 
-def evaluator(cfg, run_dir: Path, logger) -> ClosedLoopEvaluator | None:
+def evaluator(trainer: TrainerSection, run_dir: Path, logger) -> ClosedLoopEvaluator | None:
     """The run's evaluator, or None when trainer.closed_loop_eval.interval is 0 (off)."""
-    settings = cfg.trainer.closed_loop_eval
+    settings = trainer.closed_loop_eval
     if not settings.interval:
         return None
-    return ClosedLoopEvaluator(settings, run_dir, cfg.trainer.max_train_steps, logger.log_evaluation,
-                               wait_limit_s=0.8 * cfg.trainer.collective_timeout_s)
+    return ClosedLoopEvaluator(settings, run_dir, trainer.max_train_steps, logger.log_evaluation,
+                               wait_limit_s=0.8 * trainer.collective_timeout_s)
 
 
 # -- the side process -------------------------------------------------------------------------------------------

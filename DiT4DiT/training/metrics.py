@@ -7,6 +7,7 @@ import os
 import logging
 import time
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from DiT4DiT.atomic_files import atomic_write
+from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training.closed_loop_eval import METRIC_PREFIX as EVALUATION_PREFIX
 
@@ -28,9 +30,25 @@ ORIGINAL_NAMES = {"action_loss": "action_dit_loss", "eval_action_mse": "mse_scor
 WANDB_EVALUATION = "closed_loop/"  # closed-loop results in wandb, where closed_loop/step is their step axis
 
 
-def wandb_mode(cfg: DictConfig) -> str:
+def wandb_mode(configured: str | None) -> str:
     """The config's wandb_mode when set (YAML or command line), else an exported WANDB_MODE, else offline."""
-    return cfg.wandb_mode or os.environ.get("WANDB_MODE") or "offline"
+    return configured or os.environ.get("WANDB_MODE") or "offline"
+
+
+@dataclass(frozen=True)
+class WandbRun:
+    """What wandb.init is given: the run's names and mode, and the whole config as wandb's record of the run."""
+
+    project: str
+    entity: str | None
+    name: str
+    mode: str
+    config: dict
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> "WandbRun":
+        return cls(cfg.wandb_project, cfg.wandb_entity, cfg.run_id, wandb_mode(cfg.wandb_mode),
+                   OmegaConf.to_container(cfg, resolve=True))
 
 
 def with_original_names(record: dict, future_video_scale: float) -> dict:
@@ -98,28 +116,21 @@ class MetricsLogger:
     Built on the main process only; other ranks log nothing.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, start_step: int):
+    def __init__(self, trainer: TrainerSection, run_dir: Path, start_step: int, trackers: list[str],
+                 wandb_run: WandbRun | None = None):
+        """`trackers`: the config's; `wandb_run` opens the wandb run when they include wandb."""
         self.run_dir = run_dir
-        self.trackers = list(cfg.trackers)
-        self.bar = tqdm(total=cfg.trainer.max_train_steps, initial=start_step, desc="train", dynamic_ncols=True)
+        self.trackers = list(trackers)
+        self.bar = tqdm(total=trainer.max_train_steps, initial=start_step, desc="train", dynamic_ncols=True)
         self.window: dict[str, list[float]] = defaultdict(list)
         self.window_start = time.perf_counter()
         self.window_samples = 0
         self.wandb_run = None
-        self.future_video_scale = cfg.trainer.loss_scale.future_video
+        self.future_video_scale = trainer.loss_scale.future_video
         if "wandb" in self.trackers:
             import wandb  # heavy, and only needed when this tracker is on
 
-            self.wandb_run = wandb.init(
-                project=cfg.wandb_project,
-                entity=cfg.wandb_entity,
-                name=cfg.run_id,
-                group="vla-train",
-                dir=str(run_dir),
-                mode=wandb_mode(cfg),
-                config=OmegaConf.to_container(cfg, resolve=True),
-                resume="allow",
-            )
+            self.wandb_run = wandb.init(**asdict(wandb_run), group="vla-train", dir=str(run_dir), resume="allow")
             # Closed-loop results arrive after later steps were logged: they carry their own step axis.
             self.wandb_run.define_metric(f"{WANDB_EVALUATION}*", step_metric=f"{WANDB_EVALUATION}step")
 

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 
+from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.host_memory import HostNeed
 from DiT4DiT.memory_estimate import GIB, estimate_training_memory, mixture_views
@@ -50,15 +50,17 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def check_resources(cfg: DictConfig, num_processes: int, device: torch.device) -> list[str]:
+def check_resources(framework: FrameworkSection, trainer: TrainerSection, data: DatasetsVlaDataSection,
+                    num_processes: int, device: torch.device) -> list[str]:
     """ResourceError when memory would run out (unless trainer.ignore_resource_check); returns warnings to log."""
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # as torchrun sets it: processes on this node
-    data, base_model = cfg.datasets.vla_data, Path(cfg.framework.cosmos25.base_model)
+    base_model = Path(framework.cosmos25.base_model)
     views = mixture_views(data.data_mix, data.data_config)
-    estimate = estimate_training_memory(base_model, cfg, num_processes, views, device_kind=device.type)
+    estimate = estimate_training_memory(base_model, framework, trainer, data, num_processes, views,
+                                        device_kind=device.type)
     on_host = device_total_bytes(device) is None
     training = int(estimate.total_gib * GIB) if estimate is not None and on_host else 0
-    host = HostNeed.of(cfg, base_model, local_processes, views, training)
+    host = HostNeed.of(data, framework.cosmos25.torch_dtype, base_model, local_processes, views, training)
     problems, warnings = [], []
     available = available_host_bytes()
     if available is not None and host.total > available:
@@ -75,7 +77,7 @@ def check_resources(cfg: DictConfig, num_processes: int, device: torch.device) -
         warnings.append(f"datasets.vla_data.num_workers={data.num_workers} x {local_processes} process(es) = "
                         f"{data.num_workers * local_processes} data workers for {cores} cores: they compete with the "
                         "trainers for the cores; lower num_workers")
-    if problems and cfg.trainer.ignore_resource_check:
+    if problems and trainer.ignore_resource_check:
         return warnings + [f"{p} (trainer.ignore_resource_check is set: starting anyway)" for p in problems]
     if problems:
         raise ResourceError("; ".join(problems) + " (an expert may start anyway with --trainer.ignore_resource_check true)")

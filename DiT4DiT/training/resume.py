@@ -62,8 +62,9 @@ def _leaves(cfg: DictConfig, key: str) -> dict[str, object]:
     return {key: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value}
 
 
-def allowed_changes(cfg: DictConfig) -> set[str]:
-    return {k.strip() for k in str(cfg.trainer.resume_allow_changes or "").split(",") if k.strip()}
+def allowed_changes(resume_allow_changes: str | None) -> set[str]:
+    """The keys trainer.resume_allow_changes lists."""
+    return {k.strip() for k in str(resume_allow_changes or "").split(",") if k.strip()}
 
 
 def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) -> list[str]:
@@ -97,7 +98,7 @@ def check_config_unchanged(cfg: DictConfig, run_dir: Path, resume: Resume, num_p
             saved = read_config_file(saved_path)
         except ConfigError as error:
             raise ResumeError(f"the run's {error}. Restore it: {restore}") from None
-    allowed = allowed_changes(cfg)
+    allowed = allowed_changes(cfg.trainer.resume_allow_changes)
     # Both as a run folder records them (computed defaults resolved), so a recorded DiT size equals a null one.
     changes = config_changes(recorded_config(saved), recorded_config(cfg), allowed) if saved is not None else []
     if saved_processes is not None and saved_processes != num_processes:

@@ -235,14 +235,14 @@ def writes_lost_as_one_line(run_dir: Path):
 
 
 @contextmanager
-def claimed(accelerator, cfg):
-    """The run directory claimed by the main process for the duration of the run; a refusal stops every rank."""
-    run_dir = Path(cfg.output_dir)  # <run_root_dir>/<run_id>, derived when the config loaded
+def claimed(accelerator, run_dir: Path, is_resume: bool, move_old_run: bool):
+    """The run directory (the config's output_dir) claimed by the main process for the duration of the run, as
+    trainer.is_resume and trainer.move_old_run say; a refusal stops every rank."""
     lock, refusal = None, None
     created = _first_missing(run_dir)
     if accelerator.is_main_process:
         try:
-            lock = claim_run_dir(run_dir, bool(cfg.trainer.is_resume), bool(cfg.trainer.move_old_run))
+            lock = claim_run_dir(run_dir, is_resume, move_old_run)
         except RunDirError as error:
             refusal = str(error)
     refusal = broadcast_object_list([refusal])[0]

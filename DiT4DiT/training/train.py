@@ -29,7 +29,8 @@ from accelerate.utils import DistributedType
 from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.sections import TrainerLossScaleSection, TrainerSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import validate_training_config
 from DiT4DiT.errors import DiT4DiTError, TrainingError, run_main
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
@@ -64,17 +65,17 @@ def build_optimizer(model: torch.nn.Module, trainer_cfg: TrainerSection) -> torc
     )
 
 
-def compose_loss(losses: dict[str, torch.Tensor], cfg: DictConfig) -> torch.Tensor:
+def compose_loss(losses: dict[str, torch.Tensor], loss_scale: TrainerLossScaleSection) -> torch.Tensor:
     """total = action_loss + loss_scale.future_video * future_video_loss (either may be absent by mode; the model
     refuses to return neither)."""
     total = losses.get("action_loss", 0.0)
     if "future_video_loss" in losses:
-        total = total + cfg.trainer.loss_scale.future_video * losses["future_video_loss"]
+        total = total + loss_scale.future_video * losses["future_video_loss"]
     return total
 
 
 def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               scheduler, accelerator: Accelerator, cfg: DictConfig,
+               scheduler, accelerator: Accelerator, trainer: TrainerSection,
                batch_order: ResumableBatchOrder) -> dict[str, torch.Tensor]:
     """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics (on the device).
 
@@ -84,9 +85,9 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
     guard = NonFiniteGuard()
     for micro, batch in enumerate(micro_batches):
         with accelerator.accumulate(model):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_enabled(cfg)):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_enabled(trainer.mixed_precision)):
                 losses = model(batch)
-            total = compose_loss(losses, cfg)
+            total = compose_loss(losses, trainer.loss_scale)
             guard.watch(losses, total)
             # One host wait per optimizer step, before the backward that updates the weights.
             non_finite = guard.first_non_finite(accelerator.gather) if accelerator.sync_gradients else None
@@ -103,7 +104,7 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
                 if accelerator.distributed_type == DistributedType.DEEPSPEED:
                     grad_norm = model.get_global_grad_norm()  # DeepSpeed clips inside backward
                 else:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clipping)
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), trainer.gradient_clipping)
                 metrics["grad_norm"] = as_device_scalar(grad_norm, accelerator.device)
                 optimizer.step()
                 scheduler.step()
@@ -123,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_config(argv)
         for warning in validate_training_config(cfg):
             log.warning(warning)
-        accelerator = build_accelerator(cfg)
+        accelerator = build_accelerator(section(cfg.trainer, TrainerSection), cfg.framework.cosmos25.training,
+                                        cfg.datasets.vla_data.per_device_batch_size)
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
-        with run_dirs.claimed(accelerator, cfg):
+        with run_dirs.claimed(accelerator, Path(cfg.output_dir), cfg.trainer.is_resume, cfg.trainer.move_old_run):
             Trainer(cfg, accelerator, build_optimizer, train_step).train()
 
     def said_by(error: DiT4DiTError) -> str | None:  # one line, once: by the main process when all ranks raised it

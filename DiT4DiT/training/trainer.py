@@ -22,7 +22,7 @@ from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set
 from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.sections import ConfigSections, TrainerSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
@@ -35,7 +35,7 @@ from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, original_server_note, save_config
-from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, plot_loss_curve, trim_metrics
+from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, WandbRun, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
 from DiT4DiT.training.unwrap import unwrap
@@ -44,31 +44,33 @@ from DiT4DiT.training.zero_safety import make_overlap_safe
 log = logging.getLogger("dit4dit.train")
 
 
-def build_accelerator(cfg: DictConfig) -> Accelerator:
-    """From the launch configuration (accelerate launch --config_file ...), plus what our config decides."""
+def build_accelerator(trainer: TrainerSection, training: str, per_device_batch_size: int) -> Accelerator:
+    """From the launch configuration (accelerate launch --config_file ...), plus what our config decides
+    (`training`: framework.cosmos25.training; `per_device_batch_size`: datasets.vla_data's)."""
     # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
     # No buffer needs syncing (they are constants), and the released text encoder's are empty.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(cfg), broadcast_buffers=False)
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(trainer.freeze_modules, training),
+                                        broadcast_buffers=False)
     # Where triton is installed, deepspeed's import (here, in DeepSpeed runs) warms inductor's pool of compile
     # workers, processes that import torch again (a 2-step CPU ZeRO-2 run: 164 CPU-s with it, 44 without; the
     # launcher exports the same). The trainer compiles nothing.
     os.environ.setdefault("TORCH_WARM_POOL", "0")
-    if cfg.trainer.deterministic:
+    if trainer.deterministic:
         use_deterministic_kernels()
     # The process group is made here, with our timeout: InitProcessGroupKwargs would drop a value equal to its own
     # default (600 s, assumed for NCCL), leaving gloo and HCCL at torch's 30 minutes. DeepSpeed's init gets it too.
-    PartialState(timeout=collective_timeout(cfg))
-    accelerator = Accelerator(gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps, kwargs_handlers=[ddp])
+    PartialState(timeout=collective_timeout(trainer))
+    accelerator = Accelerator(gradient_accumulation_steps=trainer.gradient_accumulation_steps, kwargs_handlers=[ddp])
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         # No dataloader goes through accelerator.prepare (we shard batches ourselves for exact resume), so
         # DeepSpeed cannot infer these "auto" values; the clip norm comes from our config, not the JSON.
         ds_config = accelerator.state.deepspeed_plugin.deepspeed_config
-        micro, accumulation = cfg.datasets.vla_data.per_device_batch_size, cfg.trainer.gradient_accumulation_steps
+        micro, accumulation = per_device_batch_size, trainer.gradient_accumulation_steps
         ds_config["train_micro_batch_size_per_gpu"] = micro
         ds_config["gradient_accumulation_steps"] = accumulation
         ds_config["train_batch_size"] = micro * accumulation * accelerator.num_processes
-        ds_config["gradient_clipping"] = cfg.trainer.gradient_clipping
-        make_overlap_safe(ds_config, cfg.trainer.allow_unsafe_zero_overlap)
+        ds_config["gradient_clipping"] = trainer.gradient_clipping
+        make_overlap_safe(ds_config, trainer.allow_unsafe_zero_overlap)
     return accelerator
 
 
@@ -84,8 +86,8 @@ def use_deterministic_kernels() -> None:
              ", ".join(f"{n}={os.environ[n]}" for variables in DETERMINISTIC_ENV.values() for n in variables))
 
 
-def collective_timeout(cfg: DictConfig) -> timedelta:
-    return timedelta(seconds=cfg.trainer.collective_timeout_s)
+def collective_timeout(trainer: TrainerSection) -> timedelta:
+    return timedelta(seconds=trainer.collective_timeout_s)
 
 
 class Trainer:
@@ -97,11 +99,12 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, accelerator: Accelerator,
                  build_optimizer: Callable[[torch.nn.Module, TrainerSection], torch.optim.Optimizer], train_step: Callable):
-        settings, data_cfg = section(cfg.trainer, TrainerSection), cfg.datasets.vla_data
+        typed = section(cfg, ConfigSections)
+        settings, data_cfg = typed.trainer, typed.datasets.vla_data
         self.cfg, self.settings, self.accelerator, self.train_step = cfg, settings, accelerator, train_step
         self.run_dir = Path(cfg.output_dir)
         is_main, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
-        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(cfg), settings.keep_last_states)
+        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(settings), settings.keep_last_states)
         resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
         if resume:
             resumption.check_config_unchanged(cfg, self.run_dir, resume, world)
@@ -111,17 +114,18 @@ class Trainer:
         # from one pass; one process per node indexes while the others wait, then read its cache.
         set_seed(cfg.seed)
         with accelerator.local_main_process_first():
-            datasets = build_vla_datasets(cfg, ("train", "eval") if has_action_head(cfg) else ("train",))
+            datasets = build_vla_datasets(data_cfg, typed.framework.action_model.future_action_window_size + 1, cfg.seed,
+                                          ("train", "eval") if has_action_head(cfg) else ("train",))
         train_set, eval_set = datasets["train"], datasets.get("eval")
         self.batch_order = ResumableBatchOrder(len(train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)
-        for warning in resources.check_resources(cfg, world, accelerator.device):  # ResourceError when it cannot fit
+        for warning in resources.check_resources(typed.framework, settings, data_cfg, world, accelerator.device):  # ResourceError when it cannot fit
             log.warning(warning)
         statistics = self.run_dir / "dataset_statistics.json"
         if resume:  # the run's statistics stay its statistics
             resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], statistics, is_main)
 
         # Model, optimizer, schedule; then the saved optimizer state and RNG, or the schedule fast-forwarded.
-        model = build_model(cfg, resume, self.checkpointer.deepspeed)
+        model = set_up_model(build_framework(cfg), settings, resume, self.checkpointer.deepspeed)
         optimizer = build_optimizer(model, settings)
         self.scheduler = build_lr_scheduler(optimizer, settings)
         if not resume and is_main:  # after every check of the config: a refused start writes nothing
@@ -149,8 +153,8 @@ class Trainer:
                 self.eval_batch = fixed_eval_batch(eval_set, data_cfg.per_device_batch_size, cfg.seed)
             if resume:
                 trim_metrics(self.run_dir, self.start_step)
-            self.logger = MetricsLogger(cfg, self.run_dir, self.start_step)
-            self.closed_loop = closed_loop_eval.evaluator(cfg, self.run_dir, self.logger)
+            self.logger = MetricsLogger(settings, self.run_dir, self.start_step, cfg.trackers, WandbRun.of(cfg))
+            self.closed_loop = closed_loop_eval.evaluator(settings, self.run_dir, self.logger)
             self.banner(len(train_set))
 
     @property
@@ -163,9 +167,9 @@ class Trainer:
             cleanup.enter_context(run_dirs.writes_lost_as_one_line(self.run_dir))  # exited last: sees every error
             if self.logger is not None:
                 cleanup.callback(self.logger.close)
-            stop = preemption.StopSignal().install(collective_timeout(self.cfg))
+            stop = preemption.StopSignal().install(collective_timeout(settings))
             cleanup.callback(stop.uninstall)
-            beat = heartbeat.start_heartbeat(settings.stall_timeout_s, collective_timeout(self.cfg))
+            beat = heartbeat.start_heartbeat(settings.stall_timeout_s, collective_timeout(settings))
             cleanup.callback(beat.stop)
             # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
             # interpreter's exit could not stop them if the iterator were still alive then.
@@ -178,7 +182,7 @@ class Trainer:
                 micro_batches = [next(self.batches) for _ in range(settings.gradient_accumulation_steps)]
                 model_start = time.perf_counter()
                 values = self.train_step(micro_batches, step, model=self.model, optimizer=self.optimizer,
-                                         scheduler=self.scheduler, accelerator=self.accelerator, cfg=self.cfg,
+                                         scheduler=self.scheduler, accelerator=self.accelerator, trainer=settings,
                                          batch_order=self.batch_order)
                 done = step + 1
                 beat.step = done
@@ -199,7 +203,7 @@ class Trainer:
         if self.accelerator.is_main_process:
             plot_loss_curve(self.run_dir)
             log.info("done: %s", self.run_dir)
-            log.info(original_server_note(self.cfg.trainer.save_full_state_dict, self.run_dir))
+            log.info(original_server_note(settings.save_full_state_dict, self.run_dir))
         self.accelerator.wait_for_everyone()
         return self.run_dir
 
@@ -257,12 +261,12 @@ def prefixes(paths: list[str]) -> tuple[str, ...]:
     return tuple(path + "." for path in paths)
 
 
-def build_model(cfg: DictConfig, resume: Resume | None, deepspeed: bool) -> torch.nn.Module:
-    """The framework with its frozen modules, warm-started or resumed."""
-    model = build_framework(cfg)
-    frozen = freeze_modules(model, cfg.trainer.freeze_modules)
-    if cfg.trainer.pretrained_checkpoint:
-        load_pretrained(model, cfg.trainer.pretrained_checkpoint, cfg.trainer.reload_modules, frozen)
+def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume | None,
+                 deepspeed: bool) -> torch.nn.Module:
+    """The built framework with its frozen modules, warm-started or resumed."""
+    frozen = freeze_modules(model, trainer.freeze_modules)
+    if trainer.pretrained_checkpoint:
+        load_pretrained(model, trainer.pretrained_checkpoint, trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
         load_trained_weights(model, load_weights(resume.weights, "trainer.is_resume"), resume.weights, may_be_missing=prefixes(frozen))
     return model

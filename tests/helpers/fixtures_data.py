@@ -34,14 +34,23 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, digest(p)) for p in sorted(root.rglob("*"))}
 
 
-def build_read_only(task_dir: Path, cfg):
-    """Build the dataset of `cfg` from `task_dir` made read-only; its content snapshot must not change."""
+def dataset_of(cfg, split: str = "train"):
+    """The `split` of a whole test config's mixture, built as the Trainer builds it: from the data section, the
+    action chunk and the seed."""
+    from DiT4DiT.config.sections import DatasetsVlaDataSection
+    from DiT4DiT.config.typed import section
     from DiT4DiT.dataloader import build_vla_dataset
 
+    return build_vla_dataset(section(cfg.datasets.vla_data, DatasetsVlaDataSection),
+                             cfg.framework.action_model.future_action_window_size + 1, cfg.seed, split)
+
+
+def build_read_only(task_dir: Path, cfg):
+    """Build the dataset of `cfg` from `task_dir` made read-only; its content snapshot must not change."""
     make_read_only(task_dir)
     before = snapshot(task_dir)
     try:
-        return build_vla_dataset(cfg)
+        return dataset_of(cfg)
     finally:
         assert snapshot(task_dir) == before
 

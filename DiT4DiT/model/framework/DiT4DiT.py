@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.config.sections import FrameworkActionModelSection, FrameworkCosmos25Section
+from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.facts import num_output_frames
@@ -33,10 +35,10 @@ def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
     return torch.as_tensor(np.stack([np.asarray(example[key]) for example in examples]))
 
 
-def autocast_enabled(config) -> bool:
+def autocast_enabled(mixed_precision: str) -> bool:
     """Whether the autocast sites (here and in the train step) run: bf16 mixed precision is asked for and CUDA, or
     the NPU that torch_npu's transfer_to_npu puts behind torch.cuda, exists."""
-    return config.trainer.mixed_precision == "bf16" and torch.cuda.is_available()
+    return mixed_precision == "bf16" and torch.cuda.is_available()
 
 
 @register_framework("DiT4DiT")
@@ -48,16 +50,17 @@ class DiT4DiT(nn.Module):
         self.repeated_diffusion_steps = config.trainer.repeated_diffusion_steps
         action_cfg = config.framework.action_model
         self.chunk_len = action_cfg.future_action_window_size + 1
-        self.autocast_enabled = autocast_enabled(config)
+        self.autocast_enabled = autocast_enabled(config.trainer.mixed_precision)
         checkpointing = config.trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
+        head = (build_action_head(section(action_cfg, FrameworkActionModelSection), config.framework.cosmos25.vl_hidden_dim,
+                                 checkpointing)
                 if has_action_head(config) else None)
         vla = config.datasets.vla_data
         self.backbone_interface = CosmosBackboneInterface(
-            config.framework.cosmos25,
+            section(config.framework.cosmos25, FrameworkCosmos25Section),
             num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
-            prompt_store_dir=prompt_store_root(config),
+            prompt_store_dir=prompt_store_root(config.framework.cosmos25.prompt_store_dir, vla.cache_dir),
             gradient_checkpointing=checkpointing,
         )
         self.training_mode = self.backbone_interface.training_mode

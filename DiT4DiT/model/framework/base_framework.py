@@ -25,6 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from DiT4DiT.config.schema import RECORDED_FOR_THE_ORIGINAL, ConfigError, load_config
+from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework, share_tools
 from DiT4DiT.model.freezing import left_out_of_checkpoints
@@ -156,7 +158,7 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
         checkpoint = Path(pretrained_checkpoint)
         config = load_run_config(checkpoint, base_model)
         model = build_framework(config)  # a ConfigError names the registered frameworks if it is not one
-        left_out = tuple(path + "." for path in left_out_of_checkpoints(config))
+        left_out = tuple(path + "." for path in left_out_of_checkpoints(section(config.trainer, TrainerSection)))
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         load_trained_weights(model, state, checkpoint, may_be_missing=left_out)
         model.norm_stats = json.loads((checkpoint.parents[1] / "dataset_statistics.json").read_text())

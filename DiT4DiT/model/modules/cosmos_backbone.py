@@ -21,6 +21,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import FrameworkCosmos25Section
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
@@ -50,15 +51,16 @@ class BackboneOutput:
     future_video_loss: torch.Tensor | None  # scalar; None when not computed
 
 
-def unused_parameters_expected(cfg) -> bool:
+def unused_parameters_expected(freeze_modules: str | None, training: str) -> bool:
     """Whether a training step leaves some trainable parameter without a gradient (DDP must then look for them).
 
     The text encoder always has unused parts (its LM head, its vision tower), the VAE's decoder never runs, and
     in action mode the transformer runs only the no-grad feature pass; everything else gets a gradient.
+    `freeze_modules`: trainer.freeze_modules; `training`: framework.cosmos25.training.
     """
-    frozen = module_paths(cfg.trainer.freeze_modules)
+    frozen = module_paths(freeze_modules)
     never_differentiated = [f"{EXTRACTOR_PATH}.text_encoder", f"{EXTRACTOR_PATH}.vae"]
-    if cfg.framework.cosmos25.training == "action":
+    if training == "action":
         never_differentiated.append(f"{EXTRACTOR_PATH}.transformer")
     return any(not is_under(path, frozen) for path in never_differentiated)
 
@@ -411,7 +413,8 @@ class CosmosBackboneInterface(nn.Module):
     section; the framework passes them.
     """
 
-    def __init__(self, cosmos, num_frames_out: int, prompt_store_dir: Path, gradient_checkpointing: bool = False):
+    def __init__(self, cosmos: FrameworkCosmos25Section, num_frames_out: int, prompt_store_dir: Path,
+                 gradient_checkpointing: bool = False):
         super().__init__()
         self.training_mode = cosmos.training
         fm = cosmos.flow_matching

@@ -13,6 +13,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.sections import FrameworkActionModelSection
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.modules.action_model.cross_attention_dit import DiT
 from DiT4DiT.model.modules.host_to_device import to_device
@@ -160,7 +161,8 @@ class FlowmatchingActionHead(nn.Module):
         return actions
 
 
-def build_action_head(action_cfg, feature_dim: int, gradient_checkpointing: bool = False) -> FlowmatchingActionHead:
+def build_action_head(action_cfg: FrameworkActionModelSection, feature_dim: int,
+                      gradient_checkpointing: bool = False) -> FlowmatchingActionHead:
     """The head described by `framework.action_model` (checked when the config loaded), attending to features
     `feature_dim` wide; `gradient_checkpointing` recomputes its DiT blocks in the backward pass."""
     dit_cfg = action_cfg.diffusion_model_cfg
