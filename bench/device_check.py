@@ -294,7 +294,7 @@ def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
     """The memory plan's prediction for this run next to the peaks the steps section measured: the estimate per
     batch (one process, no DeepSpeed: the step here is plain AdamW), and whether the plan says it fits this
     device's free memory. The full-size model's sizes come from a shapes-only snapshot of the real one."""
-    from DiT4DiT.doctor import memory_plan
+    from DiT4DiT import memory_plan
     from DiT4DiT.memory_estimate import estimate_training_memory
     from DiT4DiT.tools.full_size_cosmos import write_shapes_only
 

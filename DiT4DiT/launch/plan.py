@@ -49,7 +49,7 @@ def _package_lib(name: str) -> str | None:
 
 
 def _device_free_gib(host: Host) -> float | None:
-    from DiT4DiT.doctor import memory_plan
+    from DiT4DiT import memory_plan
 
     return memory_plan.device_free_gib(host.kind, host.topology)  # npu-smi's answer when the host was detected
 
