@@ -4,7 +4,7 @@ output into the run dir's log, signals forwarded, a stopped rank killed, and the
 The training command runs in the repository root, in a process group of its own, so that SIGTERM / SIGINT to the
 launcher reach all of its processes (accelerate, torchrun's agent, every rank) and none is orphaned; the launcher
 logs the trainer's last words and waits until every process of the group has ended (ranks still saving).
-A rank of this node stopped (SIGSTOP, state T) for longer than `Plan.stall_kill_after_s` gets SIGKILL: it cannot
+A rank of this node stopped (SIGSTOP, state T) for longer than `plan.stall_kill_after()` gets SIGKILL: it cannot
 act on torchrun's SIGTERM, and a rank alone on its node has no local peer to end it.
 """
 
@@ -206,6 +206,7 @@ def train(plan: Plan) -> int:
         status.unlink(missing_ok=True)
     after = f" (after {received[-1].name}, forwarded to the training process group)" if received else ""
     log.write(f"=== exit code {rc}{after}\n".encode())
+    log.file.close()
     if rc != 0:
         print(f"{PROG}: training failed (exit code {rc}; each rank's exit code is in the log): {plan.log}",
               file=sys.stderr)
