@@ -33,7 +33,8 @@ def prepare(argv: list[str]):
     person needs to read is printed here."""
     require(PROG, TRAINING, launcher=True)  # --help too: the trainer runs with this Python
     environment = dict(os.environ)  # the trainer's, before the line below
-    # No torch_npu autoload here: resolving mixture names imports torch, and this runs before CANN is sourced.
+    # No torch_npu autoload should anything here import torch (a --device=cuda probe, a memory plan): CANN is not
+    # sourced yet.
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     from DiT4DiT.launch import options, plan as planning
 
