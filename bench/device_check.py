@@ -296,9 +296,9 @@ def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
     device's free memory. The full-size model's sizes come from a shapes-only snapshot of the real one."""
     from dataclasses import replace
 
+    from DiT4DiT import memory_plan
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
-    from DiT4DiT.doctor import memory_plan
     from DiT4DiT.memory_estimate import estimate_training_memory
     from DiT4DiT.tools.full_size_cosmos import write_shapes_only
 
@@ -498,18 +498,12 @@ def checksum(device: torch.device, full_size: bool) -> dict:
 def plan_environment() -> dict[str, str | None]:
     """What the launcher's plan exports on this host (scripts/train_8p.sh's environment): name -> value, None
     for a variable it unsets; the LD_LIBRARY_PATH prefix joined to the current value."""
-    from DiT4DiT.launch import options, plan as planning
+    from DiT4DiT.launch import options, plan as planning, supervise
 
     built = planning.build(options.parse(["--num_processes=2", "--dry-run"], REPO.parent), planning.Facts())
-    exported = {}
-    for setting in built.env.settings.values():
-        if not setting.exported:
-            continue
-        value = setting.value
-        if value is not None and setting.prepend and os.environ.get(setting.name):
-            value = f"{value}:{os.environ[setting.name]}"
-        exported[setting.name] = value
-    return exported
+    settings = [setting for setting in built.env.settings.values() if setting.exported]
+    applied = supervise.apply(settings, dict(os.environ))
+    return {setting.name: applied.get(setting.name) for setting in settings}
 
 
 def set_environment(values: dict[str, str | None]) -> dict[str, str | None]:

@@ -1,3 +1,3 @@
-"""The training launcher's logic: host kind, NPU topology, options, config values, network, environment,
-preflight and the plan that ties them together. scripts/train_8p.sh runs `python -m DiT4DiT.launch` and
-does what the plan says; `python -m DiT4DiT.launch --dry-run ...` prints it."""
+"""The training launcher: host kind, NPU topology, options, config values, network, environment, preflight, the
+plan that ties them together, and the supervisor that runs it. scripts/train_8p.sh execs `python -m DiT4DiT.launch`;
+`python -m DiT4DiT.launch --dry-run ...` prints the plan."""

@@ -1,7 +1,8 @@
-"""python -m DiT4DiT.launch [options] --dry-run   (scripts/train_8p.sh passes --shell_plan FILE to launch)
+"""python -m DiT4DiT.launch [options] [--dry-run]   (what scripts/train_8p.sh runs)
 
-Prints the plan (dry run) or writes it for the script; exit 2 with every problem and its fix when preflight
-refuses to start, or with the one-line reason when the options or the config cannot work at all.
+Plans the launch (DiT4DiT/launch/plan.py), prints it with --dry-run, and otherwise runs it
+(DiT4DiT/launch/supervise.py). Exit 2 with every problem and its fix when preflight refuses to start, or with
+the one-line reason when the options or the config cannot work at all; else the trainer's exit status.
 """
 
 from __future__ import annotations
@@ -16,21 +17,30 @@ from DiT4DiT.requirements_check import TRAINING, require
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: launch(sys.argv[1:] if argv is None else argv), PROG)
+    def body() -> int:
+        decided = prepare(sys.argv[1:] if argv is None else argv)
+        if isinstance(decided, int):
+            return decided
+        from DiT4DiT.launch import supervise
+
+        return supervise.train(decided)
+
+    return run_main(body, PROG)
 
 
-def launch(argv: list[str]) -> int:
+def prepare(argv: list[str]):
+    """The plan to run, or the exit status when there is nothing to run (--help, --dry-run, refused); what a
+    person needs to read is printed here."""
     require(PROG, TRAINING, launcher=True)  # --help too: the trainer runs with this Python
-    shell_plan = None
-    if argv[:1] and argv[0].startswith("--shell_plan="):
-        shell_plan, argv = argv[0].split("=", 1)[1], argv[1:]
-    # No torch_npu autoload here: resolving mixture names imports torch, and this runs before CANN is sourced.
+    environment = dict(os.environ)  # the trainer's, before the line below
+    # No torch_npu autoload should anything here import torch (a --device=cuda probe, a memory plan): CANN is not
+    # sourced yet.
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     from DiT4DiT.launch import options, plan as planning
 
     opts = options.parse(argv, Path.cwd())
-    plan = planning.build(opts)
-    if opts.dry_run or shell_plan is None:
+    plan = planning.build(opts, planning.Facts(env=environment))
+    if opts.dry_run:
         print(planning.dry_run(plan))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -38,11 +48,10 @@ def launch(argv: list[str]) -> int:
         print(f"preflight: {len(plan.problems)} problem(s), nothing started:", file=sys.stderr)
         print("\n".join(f"  {p}" for p in plan.problems), file=sys.stderr)
         return 2
-    if opts.dry_run or shell_plan is None:
-        print("preflight: ok" + ("" if opts.dry_run else f"; launch it with bash {PROG} (same options)"))
+    if opts.dry_run:
+        print("preflight: ok")
         return 0
-    Path(shell_plan).write_text(planning.shell(plan))
-    return 0
+    return plan
 
 
 if __name__ == "__main__":

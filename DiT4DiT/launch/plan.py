@@ -2,7 +2,7 @@
 
 `build()` takes the parsed options and the machine's facts (`Facts`: environment, host detection, routes,
 interfaces, package folders, cores), so every decision can be tested in-process with made-up machines.
-`dry_run()` renders the plan for people, `shell()` for scripts/train_8p.sh.
+`dry_run()` renders the plan for people; DiT4DiT/launch/supervise.py runs it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _package_lib(name: str) -> str | None:
 
 
 def _device_free_gib(host: Host) -> float | None:
-    from DiT4DiT.doctor import memory_plan
+    from DiT4DiT import memory_plan
 
     return memory_plan.device_free_gib(host.kind, host.topology)  # npu-smi's answer when the host was detected
 
@@ -340,6 +340,9 @@ def dry_run(plan: Plan) -> str:
     lines.append(f"command (in {REPO}):")
     lines.append("  " + shlex.join(plan.command))
     lines.append(f"log: {plan.log}")
+    if kill_after := stall_kill_after(plan):
+        lines.append(f"stall kill: SIGKILL to a rank process of this node stopped for {kill_after} s "
+                     "(trainer.stall_timeout_s and the heartbeat's look)")
     if plan.memory:
         lines.append("memory: " + "\n  ".join(plan.memory))
     return "\n".join(lines)
@@ -352,28 +355,3 @@ def stall_kill_after(plan: Plan) -> int:
 
     timeout = float(plan.config[values.STALL_TIMEOUT_KEY].value)
     return 0 if timeout <= 0 or plan.per_node * plan.machines < 2 else math.ceil(named_within(timeout)) + 5
-
-
-def shell(plan: Plan) -> str:
-    """The plan for scripts/train_8p.sh, which sources it: CANN's scripts, the exports, the command, the log,
-    the stall limit."""
-    q = shlex.quote
-    exports = []
-    for s in plan.env.settings.values():
-        if not s.exported:
-            continue
-        if s.value is None:
-            exports.append(f"    unset {s.name}")
-        elif s.prepend:
-            exports.append(f"    export {s.name}={q(s.value)}${{{s.name}:+:${s.name}}}")
-        else:
-            exports.append(f"    export {s.name}={q(s.value)}")
-    return "\n".join([
-        f"CANN_SCRIPTS=({' '.join(map(q, plan.cann_scripts))})",
-        "plan_exports() {", *exports, "}",
-        f"CMD=({' '.join(map(q, plan.command))})",
-        f"RUN_DIR={q(plan.run_dir)}",
-        f"LOG={q(plan.log)}",
-        f"STALL_KILL_AFTER_S={stall_kill_after(plan)}",
-        "",
-    ])

@@ -104,9 +104,9 @@ def memory_plan_lines(config_yaml: Path, forwarded: list[str], base_model: str, 
     """(the memory plan for people, whether the run fits) for the config with the user's overrides; ([], True)
     when there is nothing to plan with (no safetensors)."""
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
+    from DiT4DiT import memory_plan
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
-    from DiT4DiT.doctor import memory_plan
     from DiT4DiT.memory_estimate import mixture_views
 
     typed = section(load_config(str(config_yaml), normalize_cli_overrides(forwarded)), ConfigSections)

@@ -28,11 +28,13 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training.rank_logging import RANK_SPECIFIC
+
+if TYPE_CHECKING:  # torch only where a store is made: the launcher reads this module's limits without it
+    import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ def exit_now(error: RankStalled) -> None:
     os._exit(error.exit_code)
 
 
-STATUS_FILE_VARIABLE = "DIT4DIT_STATUS_FILE"  # set by scripts/train_8p.sh: its exit status when accelerate says 1
+STATUS_FILE_VARIABLE = "DIT4DIT_STATUS_FILE"  # set by the launcher (launch/supervise.py): its status when accelerate says 1
 
 
 def record_exit_status(code: int) -> None:
@@ -206,6 +208,8 @@ CONNECT_TIMEOUT = timedelta(seconds=30)
 def heartbeat_store(host: str, port: int, timeout: timedelta, prefix: str) -> dist.Store | None:
     """A client of our own on torchrun's store, or None (with a warning) where none can be made: under torch_npu_run
     or TORCH_NPU_USE_PARALLEL_TCPSTORE=True the port serves torch_npu's ParallelStore, whose protocol may differ."""
+    import torch.distributed as dist
+
     try:
         store = dist.TCPStore(host, port, is_master=False, timeout=min(timeout, CONNECT_TIMEOUT))
         store.set_timeout(timeout)
@@ -223,6 +227,8 @@ def heartbeat_store(host: str, port: int, timeout: timedelta, prefix: str) -> di
 def start_heartbeat(stall_timeout_s: float, collective_timeout: timedelta) -> Heartbeat:
     """The heartbeat of this rank of a torchrun / accelerate launch job (inert in a single process, or where no
     store client can be made)."""
+    import torch.distributed as dist
+
     world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if world_size == 1 or stall_timeout_s <= 0:
         return Heartbeat(None, 0, 1, 0)

@@ -1,9 +1,9 @@
-"""The training launcher for tests: `scripts/train_8p.sh` run for real, or its plan (`python -m DiT4DiT.launch`,
-which the script runs first) called in this process with the environment the script would give it.
+"""The training launcher for tests: `scripts/train_8p.sh` run for real, or its planning half (the `prepare()` of
+`python -m DiT4DiT.launch`, which the script execs) called in this process with the environment the script gives it.
 
 A fake `npu-smi` (tests/fakes/bin) plays an A2 node, an A3 node or no NPU at all (layout a2 / a3 / None). The
-in-process plan is for what the script only prints or refuses (dry runs, usage and preflight errors): the script
-hands those from the planner through unchanged, so the same stdout, stderr and exit status come back.
+in-process plan is for what the launcher only prints or refuses (dry runs, usage and preflight errors): those
+come from `prepare()` alone, so the same stdout, stderr and exit status come back.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from .in_process import ROOT, call_main
@@ -48,14 +47,17 @@ def plan(*args: str, layout: str | None = None, env: dict | None = None) -> subp
 
     The script exports PYTHONPATH=<repository>:$PYTHONPATH before planning (a fake torch_npu in it is found).
     """
-    from DiT4DiT.launch.__main__ import main
+    from DiT4DiT.errors import run_main
+    from DiT4DiT.launch.__main__ import PROG, prepare
+
+    def planned(argv: list[str]) -> int:
+        decided = prepare(argv)
+        # Only for what the launcher stops after: a plan returned is one it would go on to run.
+        assert isinstance(decided, int), f"the plan would start training: {args}"
+        return decided
 
     full_env = launcher_env(layout, env)
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, full_env.get("PYTHONPATH", "").split(os.pathsep))])
-    with tempfile.TemporaryDirectory() as folder:
-        shell_plan = Path(folder) / "plan"
-        result = call_main(main, [f"--shell_plan={shell_plan}", *args], full_env)
-        # Only for what the script stops after: a written plan is one it would go on to launch.
-        assert not (shell_plan.exists() and shell_plan.stat().st_size), f"the plan would start training: {args}"
+    result = call_main(lambda argv: run_main(lambda: planned(argv), PROG), list(args), full_env)
     result.args = ["DiT4DiT.launch", *args]
     return result

@@ -1,13 +1,13 @@
 """Does a training run fit its devices, and if not, the smallest change that does.
 
-    python -m DiT4DiT.doctor.memory_plan --table      # docs/full-size.md's table: 4 configs x 4 devices
-
-The doctor and the launcher's preflight call `plan()` with the config's framework, trainer and data sections,
-the number of processes, the ZeRO stage and the free memory of the smallest device (npu-smi, nvidia-smi, or
---device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory_estimate.py) stays within HEADROOM of
-that memory. When it does not, each change is tried on a copy of the sections (`Setup`), in this order, alone
-and then stacked: activation checkpointing; a smaller per-device batch with gradient accumulation raised to keep
-the global batch; ZeRO-3; more processes (a full node, then more nodes). Every candidate is one line with its estimate and the exact launcher flags.
+The launcher's preflight and the doctor (both above this module) call `plan()` with the config's framework,
+trainer and data sections, the number of processes, the ZeRO stage and the free memory of the smallest device
+(npu-smi, nvidia-smi, or --device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory_estimate.py)
+stays within HEADROOM of that memory. When it does not, each change is tried on a copy of the sections (`Setup`),
+in this order, alone and then stacked: activation checkpointing; a smaller per-device batch with gradient
+accumulation raised to keep the global batch; ZeRO-3; more processes (a full node, then more nodes). Every
+candidate is one line with its estimate and the exact launcher flags.
+`fits_table()` is docs/full-size.md's table (`python -m DiT4DiT.doctor.memory_table`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.memory_estimate import Estimate, estimate_training_memory
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
 HEADROOM = 0.9
 ZERO2_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"
@@ -251,29 +251,3 @@ ORIGINAL_CONFIGS = {
     "robocasa_gr1": "DiT4DiT/config/robocasa/dit4dit_robocasa_gr1.yaml",
     "g1": "DiT4DiT/config/real_robot/dit4dit_g1.yaml",
 }
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import tempfile
-
-    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.doctor.memory_plan", description=__doc__.split("\n")[0])
-    parser.add_argument("--table", action="store_true", help="print the fits table of the original's four configs")
-    parser.add_argument("--processes", type=int, default=16, help="processes of the job (default 16)")
-    parser.add_argument("--base_model", help="a snapshot folder (default: the real 2B sizes, headers only)")
-    args = parser.parse_args(argv)
-    if not args.table:
-        parser.error("nothing to do: pass --table (the doctor and the launcher print the plan for a run)")
-    configs = {name: REPO / path for name, path in ORIGINAL_CONFIGS.items()}
-    with tempfile.TemporaryDirectory() as tmp:
-        base_model = Path(args.base_model) if args.base_model else None
-        if base_model is None:
-            from DiT4DiT.tools.full_size_cosmos import write_shapes_only
-
-            base_model = write_shapes_only(Path(tmp) / "Cosmos-Predict2.5-2B-shapes")
-        print("\n".join(fits_table(base_model, configs, args.processes)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
