@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from DiT4DiT.evaluation.metaworld import DATA_CONFIG, camera_pair, dataset_action, env_action
+from DiT4DiT.evaluation.metaworld import DATA_CONFIG, camera_pair, dataset_action, dataset_name, env_action
 from helpers.cli_runs import error_lines, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -430,6 +430,28 @@ def test_a_bad_collect_option_is_one_line(tmp_path):
     assert result.returncode == 2 and error_lines(result) == ["error: --image_size 0: render 16 to 480 pixels "
                                                               "(Meta-World's off-screen buffer)"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", ["a foreign folder", "a file"])
+def test_collect_overwrite_replaces_only_a_dataset_or_an_empty_folder(tmp_path, content):
+    # Refused before any simulator starts, so the training environment, without Meta-World, gives the same line.
+    target = tmp_path / "out" / dataset_name(TASK)
+    target.parent.mkdir()
+    if content == "a file":
+        target.write_text("notes\n")
+        kept, message = target, f"--out {target} is a regular file; it must be a folder or a new path"
+    else:
+        kept = target / "notes.txt"
+        target.mkdir()
+        kept.write_text("notes\n")
+        message = (f"--out {target} holds files but no meta/info.json: not a folder this tool wrote, so --overwrite "
+                   "will not delete it; give a new path")
+    result = subprocess.run([sys.executable, "-m", "DiT4DiT.evaluation.metaworld", "collect", "--task", TASK,
+                             "--episodes", "1", "--image_size", SIZE, "--out", str(tmp_path / "out"), "--overwrite"],
+                            cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(error_lines(result)) == 1 and message in error_lines(result)[0], result.stderr[-2000:]
+    assert kept.read_text() == "notes\n"
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from DiT4DiT.config.schema import (
     load_config, normalize_cli_overrides,
 )
 from DiT4DiT.config.keys import Key, coerce
-from DiT4DiT.config.validate import validate_training_config
+from DiT4DiT.training.input_checks import validate_training_config
 from helpers.fixtures_model import TINY_BACKBONE
 
 ROBOTWIN = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"

@@ -114,7 +114,7 @@ def test_empty_mixture_names_the_root_and_expected_folders(tmp_path, data_cfg):
 
 
 def test_unset_data_root_and_unknown_backend(tiny_robotwin_root, data_cfg):
-    from DiT4DiT.config.validate import validate_training_config
+    from DiT4DiT.training.input_checks import validate_training_config
 
     with pytest.raises(ConfigError, match=r"data_root_dir is not set \(data_mix=robotwin_task1 names folders under it\)"):
         validate_training_config(data_cfg("null", TASK1, "framework.cosmos25.base_model=/"))

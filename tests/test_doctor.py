@@ -37,6 +37,14 @@ def test_a_config_that_is_a_yaml_list_is_one_failed_check(tmp_path):
     assert lines["config"].startswith("FAIL") and "the file is a list" in lines["config"]
 
 
+def test_a_data_config_the_registry_lacks_is_one_failed_check(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(TINY_YAML.read_text().replace("data_mix: robotwin", "data_mix: robotwin\n    data_config: robotwn"))
+    code, lines = doctor("--config_yaml", str(config))
+    assert code == 1
+    assert lines["config"].startswith("FAIL") and "data_config='robotwn' is not a data config" in lines["config"]
+
+
 @pytest.mark.slow
 def test_incomplete_base_model_fails_with_the_download_command(tmp_path, tiny_pipeline_dir):
     code, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tmp_path / "missing"))

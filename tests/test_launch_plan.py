@@ -107,6 +107,11 @@ def test_unknown_names_get_the_closest_option():
         make(["--num_proceses=2"], CPU)
 
 
+def test_a_data_config_the_registry_lacks_is_refused_before_planning():
+    with pytest.raises(ConfigError, match=r"datasets\.vla_data\.data_config='robotwn' is not a data config"):
+        make(["--data_config=robotwn"], CPU)
+
+
 def test_paths_are_the_callers_and_run_id_stays_a_string(tmp_path):
     plan = make(["--base_model=m", "--run_root_dir=/abs", "--datasets.vla_data.cache_dir", "c", "--run_id=20250101"],
                 CPU, cwd=tmp_path)

@@ -1,11 +1,12 @@
-"""Rules between keys, checked when a config loads, and the checks of a training launch's folders and files.
+"""Rules between keys, checked when a config loads, and whether the base model folder fits the backbone keys.
 
-Single-key rules (type, choices, bounds) are declared with each key in DiT4DiT/config/sections.py.
+Single-key rules (type, choices, bounds) are declared with each key in DiT4DiT/config/sections.py. The data keys
+against the data registry are checked by DiT4DiT/dataloader/config_checks.py, and the whole of a training
+launch's inputs by DiT4DiT/training/input_checks.py, both above this package.
 """
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -13,7 +14,6 @@ from omegaconf import DictConfig
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, latent_frame_count, num_output_frames
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
 from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
@@ -26,6 +26,11 @@ def _require(condition: bool, message: str) -> None:
 
 def has_action_head(cfg: DictConfig) -> bool:
     return cfg.framework.cosmos25.training != "video"
+
+
+def action_chunk(cfg: DictConfig) -> int | None:
+    """The steps of the action chunk the head predicts; None without an action head."""
+    return cfg.framework.action_model.future_action_window_size + 1 if has_action_head(cfg) else None
 
 
 def check_action_dims(cfg: DictConfig) -> None:
@@ -57,41 +62,9 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
     return root / run_id
 
 
-def check_data_configs(cfg: DictConfig) -> None:
-    """The data configs a run names exist and fit the action chunk (named mixtures: without reading any dataset)."""
-    from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
-    from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES, is_path
-
-    data, head = cfg.datasets.vla_data, cfg.framework.action_model
-    known = ["auto", *DATA_CONFIGS]
-    _require(data.data_config in known, f"datasets.vla_data.data_config={data.data_config!r} is not a data config; "
-             f"use one of {', '.join(difflib.get_close_matches(data.data_config, known, len(known), 0.0))}")
-    names = [data.data_config]
-    if not is_path(data.data_mix) and data.data_mix in DATASET_NAMED_MIXTURES:
-        names = [e.data_config for e in DATASET_NAMED_MIXTURES[data.data_mix]]
-        for name in names:
-            _require(name in DATA_CONFIGS, f"mixture '{data.data_mix}' names data config '{name}', which does not "
-                     f"exist; known: {sorted(DATA_CONFIGS)}")
-    for name in dict.fromkeys(n for n in names if n in DATA_CONFIGS):
-        config = DATA_CONFIGS[name]
-        for group, layout, limit in (("state", config.state_layout, data.max_state_dim),
-                                     ("action", config.action_layout, data.max_action_dim)):
-            # sin/cos keys take two dims each (a dataset's own modality.json is checked again when it is read)
-            width = sum(w * (2 if config.normalization[f"{group}.{k}"] == "sincos" else 1) for k, w in layout)
-            _require(width <= limit, f"data config '{name}' gives {width}-dim {group}s, more than "
-                     f"datasets.vla_data.max_{group}_dim={limit}; set it to at least {width}")
-        horizon, chunk = config.action_horizon, head.future_action_window_size + 1
-        _require(not has_action_head(cfg) or horizon is None or horizon == chunk,
-                 f"data config '{name}' (datasets.vla_data.data_mix={data.data_mix}) fixes the action chunk at "
-                 f"{horizon} steps, but framework.action_model.future_action_window_size + 1 = {chunk}; set "
-                 f"framework.action_model.future_action_window_size={(horizon or 1) - 1} or use a data config whose "
-                 "chunk follows the window (e.g. robotwin)")
-
-
 def check_rules(cfg: DictConfig) -> None:
     """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
-    check_data_configs(cfg)
     if has_action_head(cfg):
         check_action_dims(cfg)
         _require(head.action_horizon == head.future_action_window_size + 1,
@@ -131,15 +104,6 @@ def check_rules(cfg: DictConfig) -> None:
              "move_old_run starts a new one there; unset one of them")
 
 
-def check_folder_path(key: str, folder: Path) -> None:
-    """`folder` is a folder or can become one: neither it nor any parent is a file."""
-    for path in (folder, *folder.parents):
-        if path.exists():
-            _require(path.is_dir(), f"{key}: '{path}' is a file, not a folder"
-                     + (f" (in the path '{folder}')" if path != folder else "") + "; point it at a folder")
-            return
-
-
 def check_backbone_fits(cfg: DictConfig) -> None:
     """The backbone keys agree with the sizes the (complete) base model folder's configs declare."""
     cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
@@ -159,37 +123,3 @@ def check_backbone_fits(cfg: DictConfig) -> None:
              f"/ action_video_freq_ratio give {frames}"
              + ("; to train the action head alone on one frame, set framework.cosmos25.training=action"
                 if cosmos.training == "joint" else ""))
-
-
-def validate_training_config(cfg: DictConfig) -> list[str]:
-    """The folders and files a training launch reads exist and the base model's folder is complete (ConfigError
-    otherwise); warnings for odd but legal values."""
-    cosmos, data, trainer = cfg.framework.cosmos25, cfg.datasets.vla_data, cfg.trainer
-    from DiT4DiT.dataloader.mixtures import is_path, resolve_data_mix
-    from DiT4DiT.config.sections import TrainerSection
-    from DiT4DiT.config.typed import section
-    from DiT4DiT.training.closed_loop_eval import check_config as check_closed_loop_eval
-
-    if is_path(data.data_mix):
-        resolve_data_mix(data.data_mix, data.data_config)  # ConfigError naming a missing path or a bad mixture file
-    else:
-        _require(data.data_root_dir is not None, f"datasets.vla_data.data_root_dir is not set (data_mix={data.data_mix} "
-                 "names folders under it): pass --datasets.vla_data.data_root_dir DIR, or give data_mix as a path")
-        _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
-    if data.cache_dir is not None:
-        check_folder_path("datasets.vla_data.cache_dir", Path(data.cache_dir).expanduser())
-    if trainer.pretrained_checkpoint:
-        _require(Path(trainer.pretrained_checkpoint).is_file(),
-                 f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
-    check_closed_loop_eval(section(cfg.trainer, TrainerSection))
-    problems = pipeline_folder_problems(cosmos.base_model)  # last: it reads a header per weight file
-    _require(not problems, " | ".join(problems))
-    check_backbone_fits(cfg)
-    warnings = []
-    if trainer.save_interval > trainer.max_train_steps:
-        warnings.append(f"trainer.save_interval ({trainer.save_interval}) is larger than the run (trainer.max_train_steps="
-                        f"{trainer.max_train_steps}): only the final checkpoint (step {trainer.max_train_steps}) is written")
-    if trainer.num_warmup_steps > trainer.max_train_steps:
-        warnings.append(f"trainer.num_warmup_steps ({trainer.num_warmup_steps}) exceeds trainer.max_train_steps "
-                        f"({trainer.max_train_steps}): the learning rate never reaches its peak in this run")
-    return warnings

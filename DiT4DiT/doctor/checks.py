@@ -193,9 +193,13 @@ class Doctor:
 
     def _load_config(self):
         from DiT4DiT.config.schema import load_config  # omegaconf only; keeps `--help` instant
+        from DiT4DiT.config.validate import action_chunk
+        from DiT4DiT.dataloader.config_checks import check_data_configs
 
         try:
-            return load_config(self.config_yaml, []), ""
+            cfg = load_config(self.config_yaml, [])
+            check_data_configs(cfg.datasets.vla_data, action_chunk(cfg))
+            return cfg, ""
         except ValueError as err:
             return None, str(err)
 

@@ -286,6 +286,8 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
             max_steps: int = 300, version: str = "v2.1", overwrite: bool = False) -> Path:
     """Write `episodes` successful expert episodes as the dataset out/dataset_name(task); returns that folder."""
     from DiT4DiT.dataloader import writer
+    from DiT4DiT.dataloader.layout import DATASET_MARK
+    from DiT4DiT.output_paths import check_out, check_replaceable_folder
 
     if episodes < 1:
         raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
@@ -298,6 +300,9 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
     target = Path(out) / dataset_name(task)
     if target.exists() and not overwrite:
         raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
+    # --overwrite deletes the folder: only a dataset (one this command wrote) or an empty folder
+    check_out(target, folder=True, owned=target)
+    check_replaceable_folder(target, DATASET_MARK)
     scene = Scene(task, setup)
     content, attempts, started = [], 0, time.monotonic()
     try:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 
 from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides, read_config_file
+from DiT4DiT.config.validate import action_chunk
+from DiT4DiT.dataloader.config_checks import check_data_configs
 
 DETERMINISTIC_KEY = "trainer.deterministic"  # the launcher exports the collectives' deterministic variables
 SHOWN = ("run_root_dir", "run_id", "framework.cosmos25.base_model", "datasets.vla_data.data_root_dir",
@@ -58,6 +60,7 @@ def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[
     if problem:
         raise ConfigError(problem)
     cfg = load_config(config_yaml, items)
+    check_data_configs(cfg.datasets.vla_data, action_chunk(cfg))
     yaml_cfg = read_config_file(config_yaml)
     overridden = {item.split("=", 1)[0] for item in items}
     values = {}

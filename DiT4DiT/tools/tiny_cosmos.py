@@ -27,7 +27,7 @@ from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
-from DiT4DiT.tools.outputs import OutputError, check_out, check_replaceable_folder
+from DiT4DiT.output_paths import OutputError, check_out, check_replaceable_folder
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
 

@@ -31,11 +31,11 @@ from omegaconf import DictConfig
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
 from DiT4DiT.config.sections import TrainerLossScaleSection, TrainerSection
 from DiT4DiT.config.typed import section
-from DiT4DiT.config.validate import validate_training_config
 from DiT4DiT.errors import DiT4DiTError, TrainingError, run_main
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.finite_guard import NonFiniteGuard
+from DiT4DiT.training.input_checks import validate_training_config
 from DiT4DiT.training.metrics import as_device_scalar
 from DiT4DiT.training.optim import build_param_groups
 from DiT4DiT.training.rank_logging import configure_logging

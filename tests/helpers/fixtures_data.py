@@ -81,8 +81,11 @@ def readonly_picknplace(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def data_cfg(tmp_path):
-    """Factory: a full config reading `root` with `data_mix`, caching under this test's tmp dir."""
+    """Factory: a full config reading `root` with `data_mix`, caching under this test's tmp dir, loaded and its data
+    configs checked as training loads it."""
     from DiT4DiT.config.schema import load_config
+    from DiT4DiT.config.validate import action_chunk
+    from DiT4DiT.dataloader.config_checks import check_data_configs
 
     def build(root: Path | str, data_mix: str = "robotwin", *overrides: str):
         # RoboTwin's 14-D joints (the schema's defaults are the original's 64 / 32); the action head's widths and
@@ -92,7 +95,7 @@ def data_cfg(tmp_path):
         head = [f"framework.action_model.state_dim={data['max_state_dim']}",
                 f"framework.action_model.action_dim={data['max_action_dim']}",
                 f"framework.action_model.action_horizon={int(data['future_action_window_size']) + 1}"]
-        return load_config(None, [
+        cfg = load_config(None, [
             f"datasets.vla_data.data_root_dir={root}",
             f"datasets.vla_data.data_mix={data_mix}",
             f"datasets.vla_data.cache_dir={tmp_path / 'cache'}",
@@ -100,6 +103,8 @@ def data_cfg(tmp_path):
             f"datasets.vla_data.max_action_dim={data['max_action_dim']}",
             *head, *overrides,
         ])
+        check_data_configs(cfg.datasets.vla_data, action_chunk(cfg))
+        return cfg
 
     return build
 

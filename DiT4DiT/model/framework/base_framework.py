@@ -27,6 +27,8 @@ from torch import nn
 from DiT4DiT.config.schema import RECORDED_FOR_THE_ORIGINAL, ConfigError, load_config
 from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.config.typed import section
+from DiT4DiT.config.validate import action_chunk
+from DiT4DiT.dataloader.config_checks import check_data_configs
 from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework, share_tools
 from DiT4DiT.model.freezing import left_out_of_checkpoints
@@ -138,6 +140,7 @@ def load_run_config(checkpoint: str | Path, base_model: str | Path | None = None
     raw = OmegaConf.load(config_path)
     base = base_model_override(config_path, raw, base_model or os.environ.get(BASE_MODEL_ENV))
     config = load_config(config_path, [*run_config_overrides(config_path, checkpoint, raw), *base, *overrides])
+    check_data_configs(config.datasets.vla_data, action_chunk(config))
     problems = pipeline_folder_problems(config.framework.cosmos25.base_model)
     if problems:
         raise RunFolderError(f"{config_path}: " + " | ".join(problems))

@@ -1,4 +1,5 @@
-"""What a tool's --out may be: a regular file (or folder) the tool creates or replaces, never something else.
+"""What an output path (a tool's --out, an evaluation's --cache_dir, Meta-World's collected dataset) may be: a
+regular file (or folder) the program creates or replaces, never something else.
 
 The tools write atomically (a temporary file renamed over the target), so whatever sits at --out is replaced:
 as root, `--out /dev/null` would turn the machine's /dev/null into a regular file. A target that exists must
