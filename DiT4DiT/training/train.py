@@ -4,8 +4,9 @@
         DiT4DiT/training/train.py --config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml --trainer.max_train_steps 1000
 
 `main()`: parse_config (every key typed and every rule checked, DiT4DiT/config) -> validate_training_config (the
-folders exist) -> build_accelerator -> Trainer (trainer.py: data, model, optimizer, schedule, resume) -> train():
-batch -> train_step below (forward, backward, clip, optimizer.step) -> maybe log / eval / save (checkpoint.py).
+folders exist) -> build_accelerator -> run_training(): the Trainer (trainer.py: resume, data, model), build_optimizer,
+trainer.prepare (schedule, prompts, saved state), then the loop: batch -> train_step below (forward, backward, clip,
+optimizer.step) -> trainer.after_step (log / eval / save). The Trainer never calls back into this file.
 This file holds the device-specific code the NPU patch edits: the imports, the optimizer and the autocast site.
 """
 
@@ -113,6 +114,18 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
     return metrics
 
 
+def run_training(cfg: DictConfig, accelerator: Accelerator) -> None:
+    """The run, top to bottom: set-up, then batch -> train_step -> bookkeeping, until max_train_steps."""
+    trainer = Trainer(cfg, accelerator)  # resume, data, model
+    trainer.prepare(build_optimizer(trainer.model, trainer.settings))  # schedule, prompts, saved state
+    with trainer.running():  # cleanup on every exit; the final model when the loop ends
+        for step, micro_batches in trainer.steps():
+            metrics = train_step(micro_batches, step, model=trainer.model, optimizer=trainer.optimizer,
+                                 scheduler=trainer.scheduler, accelerator=accelerator, cfg=cfg,
+                                 batch_order=trainer.batch_order)
+            trainer.after_step(step, metrics)  # log, evaluate, save; raises Preempted on an agreed stop
+
+
 def main(argv: list[str] | None = None) -> int:
     configure_logging()  # each message once in train.log, rank-tagged where rank-specific
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers forks badly with DataLoader workers
@@ -126,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         accelerator = build_accelerator(cfg)
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
         with run_dirs.claimed(accelerator, cfg):
-            Trainer(cfg, accelerator, build_optimizer, train_step).train()
+            run_training(cfg, accelerator)
 
     def said_by(error: DiT4DiTError) -> str | None:  # one line, once: by the main process when all ranks raised it
         many = accelerator is not None and accelerator.num_processes > 1
