@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.facts import (DIT_SIZES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count,
                            module_paths, num_output_frames)
+from DiT4DiT.safetensors_header import read_header
 
 GIB = 1024**3
 MEASURE_COMMAND = "python -m DiT4DiT.tools.measure_activation_memory"
@@ -83,10 +83,7 @@ def safetensors_tensor_sizes(folder: Path) -> dict[str, int] | None:
         return None
     sizes = {}
     for path in files:
-        with path.open("rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(length))
-        sizes.update({name: math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__"})
+        sizes.update({name: math.prod(t["shape"]) for name, t in read_header(path).tensors.items()})
     return sizes
 
 
@@ -158,11 +155,11 @@ def part_sizes(tensors: dict[str, int], module: str, freeze_modules: str | None)
 
 
 def mixture_views(data_mix: str, data_config: str = "auto") -> int:
-    """Cameras side by side in a sample of the mixture (the widest of its data configs)."""
-    from DiT4DiT.dataloader.mixtures import resolve_data_mix  # imports the data package only here
-    from DiT4DiT.dataloader.modality import entry_config
+    """Cameras side by side in a sample of the mixture (the widest of its data configs): the one count of the
+    doctor, the trainer's resource check, the launcher's preflight and the policy server."""
+    from DiT4DiT.dataloader.modality import mixture_configs  # imports the data package only here
 
-    return max(len(entry_config(entry).video_keys) for entry in resolve_data_mix(data_mix, data_config))
+    return max(len(config.video_keys) for config in mixture_configs(data_mix, data_config))
 
 
 def measured_bytes(row: dict, video_tokens: float, text_tokens: float, batch: int) -> float:

@@ -9,6 +9,7 @@ import pytest
 
 from DiT4DiT.facts import download_command
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.safetensors_header import MAX_HEADER_BYTES
 from helpers.doctor_runs import TINY_YAML, doctor
 
 
@@ -43,6 +44,16 @@ def test_a_garbage_file_is_named(pipeline_copy, content, problem):
     shard.write_bytes(content)
     (found,) = pipeline_folder_problems(pipeline_copy)
     assert found.startswith(f"{shard}: ") and problem in found
+
+
+def test_a_header_length_past_the_formats_limit_is_named_without_reading_it(pipeline_copy):
+    shard = pipeline_copy / "vae/diffusion_pytorch_model.safetensors"
+    with open(shard, "wb") as handle:
+        handle.write(struct.pack("<Q", MAX_HEADER_BYTES + 1))
+        handle.truncate(MAX_HEADER_BYTES + 100)  # sparse: the zeros take no disk
+    (found,) = pipeline_folder_problems(pipeline_copy)
+    assert found.startswith(f"{shard}: not a safetensors file (header length {MAX_HEADER_BYTES + 1} > the format's "
+                            f"{MAX_HEADER_BYTES}): an interrupted download")
 
 
 @pytest.mark.slow
