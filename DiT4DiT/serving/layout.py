@@ -22,12 +22,10 @@ class RunLayout:
 
 def implied_layout(vla) -> RunLayout:
     """The layout `auto` gives the data configs of `vla.data_mix` (the ones combining several cameras)."""
-    from DiT4DiT.dataloader.mixtures import resolve_data_mix
-    from DiT4DiT.dataloader.modality import entry_config
+    from DiT4DiT.dataloader.modality import mixture_configs
 
-    root = vla.get("data_root_dir")
     try:
-        configs = [entry_config(entry, root) for entry in resolve_data_mix(vla.data_mix, vla.data_config)]
+        configs = mixture_configs(vla.data_mix, vla.data_config, vla.get("data_root_dir"))
     except DiT4DiTError as error:
         # Only runs of ours from before datasets.vla_data.views get here (ours record the layout, the original's
         # mixtures are named), and those were all trained side by side.
