@@ -27,9 +27,8 @@ from DiT4DiT.facts import (DIT_SIZES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, i
 from DiT4DiT.safetensors_header import read_header
 
 GIB = 1024**3
-MEASURE_COMMAND = "python -m DiT4DiT.tools.measure_activation_memory"
 
-# Measured by MEASURE_COMMAND (2-core x86_64 CPU, torch 2.7.1, diffusers 0.38.0): bytes per sample in bf16
+# Measured by tools/measure_activation_memory.py (2-core x86_64 CPU, torch 2.7.1, diffusers 0.38.0): bytes per sample in bf16
 # autocast with bf16 weights. Cosmos rows: the 2B layout (16 heads x 128 = 2048 wide, MLP 4x, AdaLN-LoRA 256,
 # cross-attention to text tokens projected from 28 x 3584), per video token (1,176 for robotwin's 3 views of
 # 224 px), per text token (512) and per sample. "block" is one transformer block (scales with the width), "outside"
