@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT.facts import (DIT_SIZES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count,
-                           module_paths, num_output_frames)
+from DiT4DiT.facts import (DIT_SIZES, DTYPE_BYTES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under,
+                           latent_frame_count, module_paths, num_output_frames)
 from DiT4DiT.safetensors_header import read_header
 
 GIB = 1024**3
@@ -71,7 +71,7 @@ ZERO3_MAX_LIVE_PARAMETERS = 10**9
 MEASURED_HEAD = ("DiT-B", 16)  # the action head MEASURED holds: (type, layers)
 # Bytes per parameter of the action head outside DeepSpeed: torch builds it in float32 and nothing casts it (the
 # pipeline's parts load in framework.cosmos25.torch_dtype); its step runs under float32 autocast.
-HEAD_BYTES_WITHOUT_DEEPSPEED = 4
+HEAD_BYTES_WITHOUT_DEEPSPEED = DTYPE_BYTES["float32"]
 
 
 def safetensors_tensor_sizes(folder: Path) -> dict[str, int] | None:
@@ -90,11 +90,6 @@ def safetensors_param_count(folder: Path) -> int | None:
     """Parameters stored in the *.safetensors files of a folder (header only), or None when there are none."""
     sizes = safetensors_tensor_sizes(folder)
     return None if sizes is None else sum(sizes.values())
-
-
-def param_bytes(torch_dtype: str) -> int:
-    """Bytes per weight as framework.cosmos25.torch_dtype loads it: float32 4, bfloat16 and float16 2."""
-    return 4 if torch_dtype == "float32" else 2
 
 
 def head_size(cfg) -> tuple[int, int]:
@@ -273,7 +268,7 @@ def estimate_training_memory(base_model: Path, cfg, num_processes: int, views: i
     released = (sizes["text_encoder"].trainable == 0 and cfg.framework.cosmos25.prompt_cache
                 and not cfg.trainer.save_full_state_dict)
     processes = max(num_processes, 1)
-    weight_bytes = param_bytes(cfg.framework.cosmos25.torch_dtype)
+    weight_bytes = DTYPE_BYTES[cfg.framework.cosmos25.torch_dtype]
     # DeepSpeed's bf16 casts the whole model; without it the action head stays float32.
     head_bytes = weight_bytes if zero_stage else HEAD_BYTES_WITHOUT_DEEPSPEED
     running = {p: s for p, s in sizes.items() if p != "text_encoder" or not released}

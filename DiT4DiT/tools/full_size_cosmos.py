@@ -33,6 +33,7 @@ import torch
 
 from DiT4DiT import cosmos_2b
 from DiT4DiT.cosmos_2b import COMPONENT_DTYPES, PARAMETERS, SPECIAL_TOKENS
+from DiT4DiT.facts import DTYPE_BYTES
 from DiT4DiT.pipeline_folder import PIPELINE_CLASS
 from DiT4DiT.tools.tiny_cosmos import build_tokenizer, report_written, write_folder_atomically
 
@@ -76,7 +77,7 @@ SIZES = {"full": FULL, "test": TEST}
 
 def real_shard_count(part: str) -> int:
     """Safetensors files of a component in the real snapshot: save_pretrained's shards of at most 5 GB."""
-    size = PARAMETERS[part] * cosmos_2b.DTYPE_BYTES[COMPONENT_DTYPES[part]]
+    size = PARAMETERS[part] * DTYPE_BYTES[COMPONENT_DTYPES[part]]
     return math.ceil(size / (int(cosmos_2b.MAX_SHARD_SIZE.removesuffix("GB")) * 10**9))
 
 
