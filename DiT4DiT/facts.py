@@ -6,6 +6,8 @@ broken; the model and data code import the same names, so the two never disagree
 
 from __future__ import annotations
 
+# The kinds of device the trainer, the launcher and the policy server run on.
+DEVICE_KINDS = ("npu", "cuda", "cpu")
 # The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.
 HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
 HUB_REVISION = "diffusers/base/post-trained"
