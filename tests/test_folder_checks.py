@@ -73,6 +73,9 @@ def test_the_preflight_applies_the_trainers_mixture_rule(tmp_path):
     assert data_root_problems(tmp_path, "robotwin_task2") == []  # one of two there: trains on it, as the trainer does
     (problem,) = data_root_problems(tmp_path / "place_a2b_left", "robotwin_task2")
     assert problem.startswith("datasets.vla_data.data_mix=robotwin_task2: none of its 2 datasets is under")
+    (tmp_path / "place_a2b_right").mkdir()  # there, but not a dataset
+    assert data_root_problems(tmp_path, "robotwin_task2") == [
+        f"{tmp_path / 'place_a2b_right'}: no meta/info.json (not a LeRobot dataset folder)"]
 
 
 def test_a_broken_tiny_pipeline_is_rewritten_by_its_generator_named_as_given(tiny_pipeline_dir, tmp_path):
