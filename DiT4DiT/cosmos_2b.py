@@ -11,6 +11,8 @@ Cosmos-Reason1-7B fine-tunes. Verify against the downloaded `*/config.json` wher
 
 from __future__ import annotations
 
+from DiT4DiT.facts import DTYPE_BYTES
+
 # transformer/config.json: 2048 wide (16 heads x 128), 28 blocks.
 TRANSFORMER_CONFIG = dict(
     in_channels=17,  # 16 latent channels + the condition mask
@@ -73,8 +75,6 @@ MAX_SHARD_SIZE = "5GB"
 
 # Parameters of the real components (tests/test_full_size_cosmos.py counts them on the meta device).
 PARAMETERS = {"transformer": 2_059_174_912, "text_encoder": 8_292_166_656, "vae": 126_892_531}
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def prompt_embedding_bytes(dtype: str = "bfloat16", layers: int = TEXT_LAYERS, hidden: int = TEXT_HIDDEN,

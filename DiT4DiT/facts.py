@@ -6,6 +6,8 @@ broken; the model and data code import the same names, so the two never disagree
 
 from __future__ import annotations
 
+# The kinds of device the trainer, the launcher and the policy server run on.
+DEVICE_KINDS = ("npu", "cuda", "cpu")
 # The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.
 HUB_REPO = "nvidia/Cosmos-Predict2.5-2B"
 HUB_REVISION = "diffusers/base/post-trained"
@@ -23,6 +25,8 @@ PIPELINE_PARTS = {
 # Wan VAE: 8x spatial downsampling and 1 + 4k frames -> 1 + k latent frames; Cosmos patches latents 2x2.
 VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
 FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
+# Bytes per element of each framework.cosmos25.torch_dtype: the weights' and the stored prompt embeddings'.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # The original's future losses that sample the future latents (future_num_inference_steps sampler steps from
 # noise, gradient through every step) and compare them with the ground truth's latents, or decode them and compare
 # frames (L1 / MSE in [0, 1]); the others are one flow-matching pass.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection
-from DiT4DiT.facts import num_output_frames
-from DiT4DiT.memory_estimate import GIB, param_bytes, safetensors_param_count
+from DiT4DiT.facts import DTYPE_BYTES, num_output_frames
+from DiT4DiT.memory_estimate import GIB, safetensors_param_count
 
 PREFETCH_FACTOR = 2  # torch DataLoader's default: batches each worker keeps ready
 # A worker's own pages (interpreter state it writes, parquet tables, decoder buffers): ~0.1 GiB measured on the
@@ -24,7 +24,7 @@ WEIGHT_PARTS = ("text_encoder", "transformer", "vae")
 
 def weight_bytes(base_model: Path, torch_dtype: str) -> int:
     """Bytes of the pipeline's weights as a process loads them (parts without safetensors count 0)."""
-    return sum(safetensors_param_count(Path(base_model) / part) or 0 for part in WEIGHT_PARTS) * param_bytes(torch_dtype)
+    return sum(safetensors_param_count(Path(base_model) / part) or 0 for part in WEIGHT_PARTS) * DTYPE_BYTES[torch_dtype]
 
 
 def frames_batch_bytes(data: DatasetsVlaDataSection, views: int) -> int:

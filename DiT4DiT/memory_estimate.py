@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.config.sections import (DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkCosmos25Section,
                                      FrameworkSection, TrainerSection)
-from DiT4DiT.facts import (DIT_SIZES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count,
-                           module_paths, num_output_frames)
+from DiT4DiT.facts import (DIT_SIZES, DTYPE_BYTES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under,
+                           latent_frame_count, module_paths, num_output_frames)
+from DiT4DiT.safetensors_header import read_header
 
 GIB = 1024**3
-MEASURE_COMMAND = "python -m DiT4DiT.tools.measure_activation_memory"
 
-# Measured by MEASURE_COMMAND (2-core x86_64 CPU, torch 2.7.1, diffusers 0.38.0): bytes per sample in bf16
+# Measured by tools/measure_activation_memory.py (2-core x86_64 CPU, torch 2.7.1, diffusers 0.38.0): bytes per sample in bf16
 # autocast with bf16 weights. Cosmos rows: the 2B layout (16 heads x 128 = 2048 wide, MLP 4x, AdaLN-LoRA 256,
 # cross-attention to text tokens projected from 28 x 3584), per video token (1,176 for robotwin's 3 views of
 # 224 px), per text token (512) and per sample. "block" is one transformer block (scales with the width), "outside"
@@ -74,7 +73,7 @@ ZERO3_MAX_LIVE_PARAMETERS = 10**9
 MEASURED_HEAD = ("DiT-B", 16)  # the action head MEASURED holds: (type, layers)
 # Bytes per parameter of the action head outside DeepSpeed: torch builds it in float32 and nothing casts it (the
 # pipeline's parts load in framework.cosmos25.torch_dtype); its step runs under float32 autocast.
-HEAD_BYTES_WITHOUT_DEEPSPEED = 4
+HEAD_BYTES_WITHOUT_DEEPSPEED = DTYPE_BYTES["float32"]
 
 
 def safetensors_tensor_sizes(folder: Path) -> dict[str, int] | None:
@@ -85,10 +84,7 @@ def safetensors_tensor_sizes(folder: Path) -> dict[str, int] | None:
         return None
     sizes = {}
     for path in files:
-        with path.open("rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(length))
-        sizes.update({name: math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__"})
+        sizes.update({name: math.prod(t["shape"]) for name, t in read_header(path).tensors.items()})
     return sizes
 
 
@@ -96,11 +92,6 @@ def safetensors_param_count(folder: Path) -> int | None:
     """Parameters stored in the *.safetensors files of a folder (header only), or None when there are none."""
     sizes = safetensors_tensor_sizes(folder)
     return None if sizes is None else sum(sizes.values())
-
-
-def param_bytes(torch_dtype: str) -> int:
-    """Bytes per weight as framework.cosmos25.torch_dtype loads it: float32 4, bfloat16 and float16 2."""
-    return 4 if torch_dtype == "float32" else 2
 
 
 def head_size(head: FrameworkActionModelSection) -> tuple[int, int]:
@@ -159,11 +150,11 @@ def part_sizes(tensors: dict[str, int], module: str, freeze_modules: str | None)
 
 
 def mixture_views(data_mix: str, data_config: str = "auto") -> int:
-    """Cameras side by side in a sample of the mixture (the widest of its data configs)."""
-    from DiT4DiT.dataloader.mixtures import resolve_data_mix  # imports the data package only here
-    from DiT4DiT.dataloader.modality import entry_config
+    """Cameras side by side in a sample of the mixture (the widest of its data configs): the one count of the
+    doctor, the trainer's resource check, the launcher's preflight and the policy server."""
+    from DiT4DiT.dataloader.modality import mixture_configs  # imports the data package only here
 
-    return max(len(entry_config(entry).video_keys) for entry in resolve_data_mix(data_mix, data_config))
+    return max(len(config.video_keys) for config in mixture_configs(data_mix, data_config))
 
 
 def measured_bytes(row: dict, video_tokens: float, text_tokens: float, batch: int) -> float:
@@ -280,7 +271,7 @@ def estimate_training_memory(base_model: Path, framework: FrameworkSection, trai
     released = (sizes["text_encoder"].trainable == 0 and framework.cosmos25.prompt_cache
                 and not trainer.save_full_state_dict)
     processes = max(num_processes, 1)
-    weight_bytes = param_bytes(framework.cosmos25.torch_dtype)
+    weight_bytes = DTYPE_BYTES[framework.cosmos25.torch_dtype]
     # DeepSpeed's bf16 casts the whole model; without it the action head stays float32.
     head_bytes = weight_bytes if zero_stage else HEAD_BYTES_WITHOUT_DEEPSPEED
     running = {p: s for p, s in sizes.items() if p != "text_encoder" or not released}

@@ -8,10 +8,10 @@ named in seconds, before any process starts, not as a stack trace after model lo
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 from DiT4DiT.facts import PIPELINE_PARTS, TINY_MODEL_DIR, download_command
+from DiT4DiT.safetensors_header import HeaderError, read_header
 
 KEY = "framework.cosmos25.base_model"
 PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"
@@ -29,22 +29,13 @@ def how_to_get(folder: str | Path, exists: bool) -> str:
 
 def safetensors_problem(path: Path) -> str | None:
     """Read the header of a .safetensors file: it must be JSON whose tensors end exactly at the file's end."""
-    size = path.stat().st_size
     damaged = "an interrupted download or a damaged file"
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            return f"{path}: {size} bytes, too short for a safetensors header: {damaged}"
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > size - 8:
-            return f"{path}: not a safetensors file (header length {header_len} > file size {size}): {damaged}"
-        try:
-            header = json.loads(handle.read(header_len))
-            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return f"{path}: not a safetensors file (unreadable header): {damaged}"
-    if 8 + header_len + end != size:
-        return f"{path}: {size} bytes, but its header describes {8 + header_len + end}: {damaged}"
+    try:
+        header = read_header(path)
+    except HeaderError as error:
+        return f"{path}: {error}: {damaged}"
+    if header.described_size != header.file_size:
+        return f"{path}: {header.file_size} bytes, but its header describes {header.described_size}: {damaged}"
     return None
 
 

@@ -18,7 +18,6 @@ TRAINING = dict(CONFIG, torch="torch", torchvision="torchvision", accelerate="ac
                 transformers="transformers", safetensors="safetensors", numpy="numpy", pyarrow="pyarrow",
                 pandas="pandas", av="av", PIL="pillow")
 DATA_TOOLS = {"numpy": "numpy", "pyarrow": "pyarrow", "pandas": "pandas", "av": "av"}
-MODEL_TOOLS = dict(CONFIG, torch="torch", numpy="numpy", safetensors="safetensors", accelerate="accelerate")
 
 
 def lacking(modules: dict) -> list:

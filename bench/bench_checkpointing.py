@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import bench_model  # noqa: E402
-from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
+from tiny_runs import TINY_CONFIG  # noqa: E402
 
 from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import latent_frame_count  # noqa: E402
@@ -40,6 +40,7 @@ from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.measure_activation_memory import saved_for_backward_bytes  # noqa: E402
+from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 
 
 def set_checkpointing(model, on: bool) -> None:
@@ -79,7 +80,7 @@ def main() -> None:
     width = bench_model.DEEP_HEADS * bench_model.DEEP_HEAD_DIM
     shape = PipelineShape(hidden_size=width, num_blocks=args.blocks, temporal_factor=4)
     with tempfile.TemporaryDirectory() as tmp, bench_model.substituted_backbone(shape, bench_model.deep_components(args.blocks)):
-        cfg = load_config(TINY_YAML, [
+        cfg = load_config(TINY_CONFIG, [
             f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}", "framework.cosmos25.base_model=random-deep",
             f"framework.cosmos25.extract_layer={round(0.6 * args.blocks)}", f"framework.cosmos25.vl_hidden_dim={width}",
             f"datasets.vla_data.image_size={args.image}",
@@ -89,7 +90,6 @@ def main() -> None:
         freeze_modules(model, bench_model.FROZEN)
         examples = make_examples(cfg, batch=args.batch, views=1)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-        cpu = torch.device("cpu")
 
         saved, times = {}, {False: [], True: []}
         for on in (False, True):

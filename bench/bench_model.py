@@ -34,14 +34,15 @@ from unittest import mock
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # runnable without an installed package; reuses the test batches
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # runnable without an installed package
 
-from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
+from tiny_runs import TINY_CONFIG  # noqa: E402
 
 from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules import cosmos_backbone  # noqa: E402
+from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
@@ -244,7 +245,7 @@ def main() -> None:
             width = DEEP_HEADS * DEEP_HEAD_DIM
             shape = PipelineShape(hidden_size=width, num_blocks=args.deep, temporal_factor=4)
             stack.enter_context(substituted_backbone(shape, deep_components(args.deep)))
-            cfg = load_config(TINY_YAML, store + [
+            cfg = load_config(TINY_CONFIG, store + [
                 "framework.cosmos25.base_model=random-deep", f"framework.cosmos25.extract_layer={round(0.6 * args.deep)}",
                 f"framework.cosmos25.vl_hidden_dim={width}", "datasets.vla_data.image_size=64",
                 f"framework.action_model.diffusion_model_cfg.cross_attention_dim={width}"])
@@ -252,7 +253,7 @@ def main() -> None:
             pipeline = args.pipeline or (
                 DEFAULT_OUT if (DEFAULT_OUT / "model_index.json").is_file() else write_tiny_pipeline(Path(tmp) / "tiny")
             )
-            cfg = load_config(TINY_YAML, [f"framework.cosmos25.base_model={pipeline}"] + store)
+            cfg = load_config(TINY_CONFIG, [f"framework.cosmos25.base_model={pipeline}"] + store)
         cfg.framework.cosmos25.training = args.mode
         torch.manual_seed(0)
         model = build_framework(cfg).to(device)

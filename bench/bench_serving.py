@@ -32,7 +32,9 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # runnable without an installed package; reuses the test trainer
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # runnable without an installed package
+
+from tiny_runs import launch_training  # noqa: E402
 
 from DiT4DiT.serving.client import PolicyClient  # noqa: E402
 
@@ -40,18 +42,16 @@ SIZES = {"tiny": (), "128px": ("--datasets.vla_data.image_size=128",)}
 
 
 def trained_checkpoint(workdir: Path, size: str) -> Path:
-    from helpers.fixtures_data import TINY_TASKS
-    from helpers.training_runs import train
-
     from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
     from DiT4DiT.tools.tiny_robotwin import generate
 
     pipeline = workdir / "cosmos" / "Cosmos-Predict2.5-tiny"
     if not pipeline.is_dir():
         write_tiny_pipeline(pipeline)
-        generate(workdir / "data", seed=0, tasks=TINY_TASKS)
-    result = train(pipeline, workdir / "data", workdir / "runs", size, "--trainer.max_train_steps=2",
-                   "--trainer.save_interval=2", *SIZES[size])
+        generate(workdir / "data", seed=0)  # the tiny RoboTwin tasks the tests train on
+    result = launch_training(workdir / "runs", size, f"--framework.cosmos25.base_model={pipeline}",
+                             f"--datasets.vla_data.data_root_dir={workdir / 'data'}", "--datasets.vla_data.num_workers=0",
+                             "--trainer.max_train_steps=2", "--trainer.save_interval=2", *SIZES[size])
     if result.returncode:
         raise SystemExit(f"training the {size} run failed:\n{result.stderr[-3000:]}")
     return workdir / "runs" / size / "checkpoints" / "steps_2_pytorch_model.pt"

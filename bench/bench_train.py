@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_CONFIG = ROOT / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+from tiny_runs import TINY_CONFIG, launch_training
 
 
 def batch_size() -> int:
@@ -29,19 +26,9 @@ def batch_size() -> int:
 
 def run(num_processes: int, steps: int, run_root: Path) -> dict:
     log_every = steps // 2
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(ROOT / "DiT4DiT/config/deepseeds/cpu.yaml"),
-        "--num_processes", str(num_processes),
-        str(ROOT / "DiT4DiT/training/train.py"),
-        "--config_yaml", str(TINY_CONFIG),
-        f"--trainer.max_train_steps={steps}", f"--trainer.save_interval={steps}",
-        f"--trainer.logging_frequency={log_every}", f"--trainer.eval_interval={steps}",
-        f"--run_root_dir={run_root}", f"--run_id=bench_{num_processes}p", "--trackers=[jsonl]",
-        f"--datasets.vla_data.cache_dir={run_root / 'cache'}",
-    ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS=str(max(1, 2 // num_processes)))
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    result = launch_training(run_root, f"bench_{num_processes}p", f"--trainer.max_train_steps={steps}",
+                             f"--trainer.save_interval={steps}", f"--trainer.logging_frequency={log_every}",
+                             f"--trainer.eval_interval={steps}", processes=num_processes)
     if result.returncode != 0:
         sys.exit(f"training with {num_processes} process(es) failed:\n{result.stderr[-3000:]}")
     records = [json.loads(line) for line in (run_root / f"bench_{num_processes}p" / "metrics.jsonl").read_text().splitlines()]

@@ -60,8 +60,7 @@ REPO = Path(__file__).resolve().parent
 sys.path[:0] = [str(REPO), str(REPO.parent)]
 
 import bench_model  # noqa: E402
-from helpers.cosmos_inputs import transformer_inputs  # noqa: E402
-from helpers.fixtures_model import TINY_YAML, make_examples  # noqa: E402
+from tiny_runs import TINY_CONFIG  # noqa: E402
 
 from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import DETERMINISTIC_ENV, latent_frame_count  # noqa: E402
@@ -71,6 +70,7 @@ from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
+from DiT4DiT.tools.synthetic_inputs import make_examples, transformer_inputs  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
 
 # bf16 dense peak TFLOPS per device (one GPU, one NPU die), matched in order against the device name.
@@ -166,7 +166,7 @@ def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict
         views = 3
     else:
         pipeline = write_tiny_pipeline(tmp / "tiny")
-        cfg = load_config(TINY_YAML, [f"framework.cosmos25.base_model={pipeline}"] + store)
+        cfg = load_config(TINY_CONFIG, [f"framework.cosmos25.base_model={pipeline}"] + store)
         model = build_framework(cfg)
         views = 1
     model.to(device)

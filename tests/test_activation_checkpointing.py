@@ -8,12 +8,12 @@ import subprocess
 import pytest
 import torch
 
-from helpers.cosmos_inputs import transformer_inputs
 from helpers.training_runs import ROOT, environment, metrics, trainer_command
 
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.tools.measure_activation_memory import first_blocks, saved_for_backward_bytes
+from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 
 # Dropout in the action DiT: the recomputed blocks must draw the same masks.
 HEAD_DROPOUT = "framework.action_model.diffusion_model_cfg.dropout=0.2"

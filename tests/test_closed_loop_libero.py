@@ -161,7 +161,7 @@ def test_two_environment_processes_merge_into_the_serial_layout(server, tmp_path
         assert summary["num_envs"] == int(n) and summary["retried_episodes"] == [] and summary["episodes"] == 2
         runs[n] = summary["outcomes"], summary["episode_lengths"], (out / "frames.png").read_bytes()
         log = (out / f"eval_libero_{SUITE}.log").read_text()
-        assert log.count(f"Task: {TASK_LANGUAGE}\n") == 1 and f"Total episodes: 2\n" in log
+        assert log.count(f"Task: {TASK_LANGUAGE}\n") == 1 and "Total episodes: 2\n" in log
         videos = sorted(p.name.split("_episode")[1] for p in out.glob("rollout_*.mp4"))
         assert [name.split("_")[0] for name in videos] == ["0", "1"]  # one per trial, whichever process ran it
     # A 1-step model does not finish the task in 16 steps, so the frames of both trials are what shows that each

@@ -254,10 +254,14 @@ def test_an_image_camera_without_its_column_is_found_before_step_1(copy_of, data
 def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, data_cfg, tmp_path, tiny_pipeline_dir):
     from DiT4DiT.training.input_checks import validate_training_config
     from DiT4DiT.memory_estimate import mixture_views
+    from DiT4DiT.serving.policy import MAX_VIEWS_UNKNOWN, camera_count
 
     assert mixture_views(str(lerobot_sets["v3_videos"]), "robotwin") == 3
     assert mixture_views(str(lerobot_sets["libero"])) == 2  # auto: libero_franka
     missing = tmp_path / "not_there"
+    # The policy server counts the same cameras (it once read named mixtures only and took 8 for any path).
+    assert camera_count(str(lerobot_sets["libero"]), "auto") == 2 and camera_count("robotwin", "auto") == 3
+    assert camera_count(str(missing), "auto") == MAX_VIEWS_UNKNOWN
     with pytest.raises(ConfigError, match=rf"data_mix={missing}: {missing} does not exist; give a dataset folder"):
         validate_training_config(data_cfg("null", str(missing), "framework.cosmos25.base_model=/"))
     # A path needs no data_root_dir.

@@ -9,6 +9,7 @@ import pytest
 
 from DiT4DiT.facts import download_command
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.safetensors_header import MAX_HEADER_BYTES
 from helpers.doctor_runs import TINY_YAML, doctor
 
 
@@ -45,6 +46,16 @@ def test_a_garbage_file_is_named(pipeline_copy, content, problem):
     assert found.startswith(f"{shard}: ") and problem in found
 
 
+def test_a_header_length_past_the_formats_limit_is_named_without_reading_it(pipeline_copy):
+    shard = pipeline_copy / "vae/diffusion_pytorch_model.safetensors"
+    with open(shard, "wb") as handle:
+        handle.write(struct.pack("<Q", MAX_HEADER_BYTES + 1))
+        handle.truncate(MAX_HEADER_BYTES + 100)  # sparse: the zeros take no disk
+    (found,) = pipeline_folder_problems(pipeline_copy)
+    assert found.startswith(f"{shard}: not a safetensors file (header length {MAX_HEADER_BYTES + 1} > the format's "
+                            f"{MAX_HEADER_BYTES}): an interrupted download")
+
+
 @pytest.mark.slow
 def test_the_doctor_fails_the_base_model_naming_the_file(pipeline_copy):
     shard = pipeline_copy / "text_encoder/model.safetensors"
@@ -62,6 +73,9 @@ def test_the_preflight_applies_the_trainers_mixture_rule(tmp_path):
     assert data_root_problems(tmp_path, "robotwin_task2") == []  # one of two there: trains on it, as the trainer does
     (problem,) = data_root_problems(tmp_path / "place_a2b_left", "robotwin_task2")
     assert problem.startswith("datasets.vla_data.data_mix=robotwin_task2: none of its 2 datasets is under")
+    (tmp_path / "place_a2b_right").mkdir()  # there, but not a dataset
+    assert data_root_problems(tmp_path, "robotwin_task2") == [
+        f"{tmp_path / 'place_a2b_right'}: no meta/info.json (not a LeRobot dataset folder)"]
 
 
 def test_a_broken_tiny_pipeline_is_rewritten_by_its_generator_named_as_given(tiny_pipeline_dir, tmp_path):

@@ -16,8 +16,8 @@ import torch
 from diffusers.models.embeddings import apply_rotary_emb
 
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.tools.tiny_cosmos import LATENT_CHANNELS, TRANSFORMER_LAYERS, build_transformer
-from helpers.cosmos_inputs import transformer_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TORCH_NPU = ROOT / "tests" / "fakes" / "torch_npu"
@@ -78,8 +78,8 @@ def test_fake_rotary_mul_has_the_rope_layout_diffusers_uses():
 PROBE = """
 import torch, torch_npu
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.tools.tiny_cosmos import build_transformer
-from helpers.cosmos_inputs import transformer_inputs
 model = build_transformer()
 use_our_attention(model)
 with torch.no_grad():
@@ -107,8 +107,8 @@ import torch, torch_npu
 import torch_npu.onnx  # replaces the attribute torch_npu.npu_rotary_mul with a forward-only Function
 from diffusers.models.embeddings import apply_rotary_emb
 from DiT4DiT.model.modules.cosmos_attention import fused_rotary_mul, use_our_attention
+from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.tools.tiny_cosmos import build_transformer
-from helpers.cosmos_inputs import transformer_inputs
 
 assert fused_rotary_mul() is torch.ops.npu.npu_rotary_mul and torch_npu.npu_rotary_mul is not fused_rotary_mul()
 x = torch.randn(2, 3, 10, 16, requires_grad=True)  # float32: diffusers computes RoPE in float32

@@ -11,12 +11,14 @@ action/mask/state 3, flow time 1).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules
+from DiT4DiT.model.modules.host_to_device import action_batch
 
 
 class HostToDeviceCopies(TorchDispatchMode):
@@ -73,3 +75,18 @@ def test_latent_statistics_move_with_the_model_and_survive_a_bf16_cast(tiny_mode
     extractor.bfloat16()  # what DeepSpeed bf16 does to the whole module
     assert extractor.latents_std.dtype == torch.float32 and torch.equal(extractor.latents_std, std)
     assert extractor.to("meta").latents_mean.device.type == "meta"
+
+
+def test_the_action_batch_holds_each_field_stacked_in_the_heads_dtype():
+    rng = np.random.default_rng(0)
+    examples = [{"action": rng.standard_normal((4, 3)), "action_mask": rng.integers(0, 2, (4, 3)),
+                 "state": rng.standard_normal((1, 2)).astype(np.float32)} for _ in range(3)]
+    batch = action_batch(examples, torch.device("cpu"), torch.bfloat16, targets=True, state=True)
+    # What the model computed before: np.stack, then a conversion of the whole stack.
+    for key, tensor, dtype in (("action", batch.actions, torch.bfloat16), ("action_mask", batch.mask, torch.bool),
+                               ("state", batch.state, torch.bfloat16)):
+        expected = torch.as_tensor(np.stack([example[key] for example in examples])).to(dtype)
+        assert tensor.dtype == dtype and torch.equal(tensor, expected)
+    predicting = action_batch([{"action": e["action"]} for e in examples], torch.device("cpu"), torch.float32,
+                              targets=False, state=False)
+    assert (predicting.actions, predicting.mask, predicting.state) == (None, None, None)

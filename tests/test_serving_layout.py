@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 

@@ -279,3 +279,32 @@ def test_sigterm_stops_the_server_at_once_and_answers_the_request_still_waiting(
         # connection's "opened" line comes before its request, so a loaded machine can order them either way
         message = answer["error"]["message"]
         assert answer["ok"] is False and ("stopped before answering" in message or "is stopping" in message), message
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_forward_exits_cleanly(tiny_ckpt):
+    # The model thread is a daemon: a forward still running when the interpreter finalised was torn down inside
+    # torch's C++ frames and the process aborted ("terminate called without an active exception", -6) after its
+    # clean stop. Two clients keep the model busy, so the signal lands while a forward runs.
+    with served(tiny_ckpt) as (process, port, lines):
+        answered = [threading.Event() for _ in range(2)]
+
+        def busy_client(done: threading.Event):
+            try:
+                with PolicyClient("127.0.0.1", port, wait_s=30) as client:
+                    while True:
+                        client.predict_action({"examples": [example()] * 32})
+                        done.set()
+            except (websockets.ConnectionClosed, ServerError, OSError):
+                done.set()
+
+        threads = [threading.Thread(target=busy_client, args=(done,), daemon=True) for done in answered]
+        for thread in threads:
+            thread.start()
+        assert all(done.wait(timeout=120) for done in answered)
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=60)
+        for thread in threads:
+            thread.join(timeout=60)
+    assert process.returncode == 0, "".join(lines) + rest
+    assert "stopped" in rest and "terminate called" not in rest

@@ -45,7 +45,7 @@ def _run(micro_batches, accumulation, model):
     model, optimizer = accelerator.prepare(model, optimizer)
     order = ResumableBatchOrder(len(micro_batches), 1, 0, 1, cfg.seed)
     values = train_step(micro_batches, 0, model=model, optimizer=optimizer, scheduler=scheduler, accelerator=accelerator,
-                        trainer=section(cfg.trainer, TrainerSection), batch_order=order)
+                        settings=section(cfg.trainer, TrainerSection), batch_order=order)
     return accelerator.unwrap_model(model), values
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from DiT4DiT.config.keys import Key, key, open_node
+from DiT4DiT.facts import DEVICE_KINDS
 
 MAX_SEED = 2**32 - 1  # numpy's seed range (set_seed seeds numpy with seed + rank)
 # Upper bounds: values past them are typos that would otherwise exhaust memory or overflow a timer.
@@ -30,6 +31,7 @@ FutureLossType = Literal["flow_matching", "latent_flow_matching", "rectified_flo
 LrSchedulerType = Literal["cosine_with_min_lr", "cosine_warmup_with_min_lr", "linear", "cosine", "cosine_with_restarts",
                           "polynomial", "constant", "constant_with_warmup", "inverse_sqrt"]
 MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")  # read scheduler_specific_kwargs.min_lr
+EvaluationDevice = Literal[("auto", *DEVICE_KINDS)]  # auto: the run's kind of device
 # The original's decoders: decord has no aarch64 wheels and torchvision's reader is deprecated; PyAV reads the
 # same frames (torchvision_av is PyAV underneath).
 VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
@@ -217,7 +219,7 @@ class TrainerClosedLoopEvalSection:
     max_steps: int = key(150, "env steps before an episode counts as a failure", min=1)
     seed: int = key(1000, "seed of the first episode (collect's demos use 0..)", min=0)
     num_envs: int = key(1, "simulator processes of one evaluation", min=1)
-    device: Literal["cpu", "auto", "cuda", "npu"] = key(
+    device: EvaluationDevice = key(
         "cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device")
     threads: int = key(1, "OMP_NUM_THREADS of the side process (its server and simulators)", min=1)
     python: str | None = key(None, "Python of the simulator environment (default: this checkout's "

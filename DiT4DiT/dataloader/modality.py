@@ -15,6 +15,7 @@ from DiT4DiT.dataloader.cache import cache_file, fingerprint, read_cached
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.meta_schema import CAMERA_DTYPES
+from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DEFAULT_ORIGINAL_KEY, DatasetLayout
 
 log = logging.getLogger(__name__)
@@ -116,3 +117,8 @@ def entry_config(entry, root: Path | None = None) -> DataConfig:
     if entry.data_config != AUTO:
         return DATA_CONFIGS[entry.data_config]
     return choose_config(DatasetLayout(Path(root or "/") / entry.dataset), AUTO)
+
+
+def mixture_configs(data_mix: str, data_config: str = AUTO, root: Path | None = None) -> list[DataConfig]:
+    """The data config of each entry of `datasets.vla_data.data_mix` (a named mixture's entries under `root`)."""
+    return [entry_config(entry, root) for entry in resolve_data_mix(data_mix, data_config)]

@@ -21,8 +21,7 @@ from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+from DiT4DiT.facts import DTYPE_BYTES
 
 
 def unique_instructions(vla: DatasetsVlaDataSection) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from DiT4DiT.dataloader.layout import dataset_folders
+from DiT4DiT.dataloader.layout import dataset_folders, is_dataset
 
 
 def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[str]:
@@ -41,7 +41,7 @@ def data_root_problems(folder: str | Path, data_mix: str | None = None) -> list[
         print(f"note: {root}: {len(missing)} of {len(entries)} datasets of mixture '{data_mix}' are not there "
               f"(e.g. {missing[0]}); training skips them", file=sys.stderr)
     return [f"{root / e.dataset}: no meta/info.json (not a LeRobot dataset folder)" for e in found
-            if not (root / e.dataset / "meta" / "info.json").is_file()]
+            if not is_dataset(root / e.dataset)]
 
 
 def names_files(data_mix: str) -> bool:

@@ -22,9 +22,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from DiT4DiT.facts import DEVICE_KINDS
 from DiT4DiT.launch import npu_topology
 
-KINDS = ("npu", "cuda", "cpu")
+KINDS = DEVICE_KINDS
 MIN_PYTHON = (3, 10)
 NPU_SMI_FIX = ("make `npu-smi info` work here (in a container: mount the driver, e.g. -v /usr/local/Ascend/driver:"
                "/usr/local/Ascend/driver -v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi), or pass --device=cpu "

@@ -15,10 +15,11 @@ import logging
 import torch
 
 from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.facts import DEVICE_KINDS
 
 log = logging.getLogger(__name__)
 
-DEVICE_CHOICES = ("auto", "npu", "cuda", "cpu")
+DEVICE_CHOICES = ("auto", *DEVICE_KINDS)
 
 
 class DeviceError(DiT4DiTError, RuntimeError):

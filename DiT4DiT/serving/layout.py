@@ -23,11 +23,10 @@ class RunLayout:
 
 def implied_layout(vla: DatasetsVlaDataSection) -> RunLayout:
     """The layout `auto` gives the data configs of `vla.data_mix` (the ones combining several cameras)."""
-    from DiT4DiT.dataloader.mixtures import resolve_data_mix
-    from DiT4DiT.dataloader.modality import entry_config
+    from DiT4DiT.dataloader.modality import mixture_configs
 
     try:
-        configs = [entry_config(entry, vla.data_root_dir) for entry in resolve_data_mix(vla.data_mix, vla.data_config)]
+        configs = mixture_configs(vla.data_mix, vla.data_config, vla.data_root_dir)
     except DiT4DiTError as error:
         # Only runs of ours from before datasets.vla_data.views get here (ours record the layout, the original's
         # mixtures are named), and those were all trained side by side.

@@ -15,7 +15,9 @@ from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.facts import num_output_frames
+from DiT4DiT.memory_estimate import mixture_views
 from DiT4DiT.model.framework.share_tools import check_unnorm_key
 from DiT4DiT.serving.layout import run_layout
 from DiT4DiT.serving.run_folder_checks import RunFolderFileError, read_run_config_file
@@ -37,14 +39,14 @@ MAX_VIEWS_UNKNOWN = 8
 FLOAT_BYTES = 4
 
 
-def camera_count(data_mix: str) -> int:
-    """The most cameras any data config of a named mixture combines; MAX_VIEWS_UNKNOWN for other mixtures."""
-    from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
-    from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES
-
-    entries = DATASET_NAMED_MIXTURES.get(data_mix, ())
-    counts = [len(DATA_CONFIGS[e.data_config].video_keys) for e in entries if e.data_config in DATA_CONFIGS]
-    return max(counts) if counts else MAX_VIEWS_UNKNOWN
+def camera_count(data_mix: str, data_config: str) -> int:
+    """The run's cameras as the doctor and the trainer count them (memory_estimate.mixture_views);
+    MAX_VIEWS_UNKNOWN where this host cannot tell (a dataset path that is not here, a data config the original
+    names but never defines)."""
+    try:
+        return mixture_views(data_mix, data_config)
+    except (DiT4DiTError, KeyError):
+        return MAX_VIEWS_UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class PolicyShape:
         head = framework.action_model
         frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
         return cls(data.image_size, head.state_dim, head.future_action_window_size + 1, head.action_dim, max_batch,
-                   camera_count(data.data_mix), frames, CHARS_PER_TOKEN * framework.cosmos25.max_sequence_length, views)
+                   camera_count(data.data_mix, data.data_config), frames,
+                   CHARS_PER_TOKEN * framework.cosmos25.max_sequence_length, views)
 
     def frame_shape(self) -> str:
         """An `image` frame's shape for this layout, as the errors name it."""

@@ -351,5 +351,15 @@ def serve_policy(args: argparse.Namespace) -> None:
     asyncio.run(serve_until_signal())
 
 
+def leave(code: int) -> None:
+    """End the server process without finalising the interpreter. A forward still running on the model's daemon
+    thread would otherwise be torn down inside torch's C++ frames, which aborts the process ("terminate called
+    without an active exception", exit -6) after it has stopped cleanly."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -33,6 +33,7 @@ import torch
 
 from DiT4DiT import cosmos_2b
 from DiT4DiT.cosmos_2b import COMPONENT_DTYPES, PARAMETERS, SPECIAL_TOKENS
+from DiT4DiT.facts import DTYPE_BYTES
 from DiT4DiT.pipeline_folder import PIPELINE_CLASS
 from DiT4DiT.tools.tiny_cosmos import build_tokenizer, report_written, write_folder_atomically
 
@@ -76,7 +77,7 @@ SIZES = {"full": FULL, "test": TEST}
 
 def real_shard_count(part: str) -> int:
     """Safetensors files of a component in the real snapshot: save_pretrained's shards of at most 5 GB."""
-    size = PARAMETERS[part] * cosmos_2b.DTYPE_BYTES[COMPONENT_DTYPES[part]]
+    size = PARAMETERS[part] * DTYPE_BYTES[COMPONENT_DTYPES[part]]
     return math.ceil(size / (int(cosmos_2b.MAX_SHARD_SIZE.removesuffix("GB")) * 10**9))
 
 
@@ -164,7 +165,7 @@ def write_shapes_only(out: str | Path) -> Path:
     """The real snapshot's configs, real text encoder included, with weight files that hold only their headers:
     what the memory estimate, its plan and the doctor read, for the real sizes, in a second and no disk."""
     from diffusers import AutoencoderKLWan, CosmosTransformer3DModel
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
     out = Path(out)
     real = Sizes(text={"vocab_size": cosmos_2b.TEXT_CONFIG["vocab_size"]})

@@ -37,9 +37,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from DiT4DiT.errors import run_main
-from DiT4DiT.facts import PATCH_SIZE, VAE_SPATIAL_FACTOR
+from DiT4DiT.facts import PATCH_SIZE
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 
 # Shapes measured at: robotwin's 3 views of 224 px and 2 latent frames (1,176 tokens), its 512-token prompts, and
@@ -156,22 +157,11 @@ def cosmos_transformer(heads: int, blocks: int = 2, text_projection: bool = True
     return transformer
 
 
-def transformer_inputs(transformer, batch: int, video_shape, text_tokens: int) -> dict:
-    """Inputs as the backbone gives them: latents and the condition mask, per-frame timesteps, the text encoder's
-    stacked layers (projected by the transformer), and a padding mask in pixels."""
-    config = transformer.config
+def video_inputs(transformer, batch: int, video_shape, text_tokens: int) -> dict:
+    """Inputs as the backbone gives them for `video_shape` (latent frames, patches high, patches wide), in bf16."""
     frames, high, wide = video_shape
-    h, w = high * PATCH_SIZE, wide * PATCH_SIZE
-    text_width = config.crossattn_proj_in_channels if config.use_crossattn_projection else config.text_embed_dim
-    generator = torch.Generator().manual_seed(0)
-    return dict(
-        hidden_states=torch.randn(batch, config.out_channels, frames, h, w, generator=generator).bfloat16(),
-        condition_mask=torch.zeros(batch, 1, frames, h, w, dtype=torch.bfloat16),
-        timestep=torch.rand(batch, 1, frames, 1, 1, generator=generator),
-        encoder_hidden_states=torch.randn(batch, text_tokens, text_width, generator=generator).bfloat16(),
-        padding_mask=torch.zeros(1, 1, h * VAE_SPATIAL_FACTOR, w * VAE_SPATIAL_FACTOR, dtype=torch.bfloat16),
-        return_dict=False,
-    )
+    return transformer_inputs(transformer.config, batch, frames, high * PATCH_SIZE, wide * PATCH_SIZE, text_tokens,
+                              dtype=torch.bfloat16)
 
 
 @contextlib.contextmanager
@@ -202,7 +192,7 @@ def blocks_frozen(transformer, frozen: bool):
 def cosmos_saved_bytes(transformer, blocks: int, batch: int, video_shape, text_tokens: int, checkpointing: bool,
                        frozen: bool = False) -> int:
     """Bytes saved for backward by a video pass through the first `blocks` blocks (`frozen`: their weights)."""
-    inputs = transformer_inputs(transformer, batch, video_shape, text_tokens)
+    inputs = video_inputs(transformer, batch, video_shape, text_tokens)
     if checkpointing:
         transformer.enable_gradient_checkpointing(checkpointed)
     else:
@@ -228,7 +218,7 @@ def feature_pass_peak(transformer) -> Linear:
     """Peak bytes held at once by a no-grad pass through 2 blocks (the feature pass keeps no graph)."""
 
     def measure(batch: int, shape, text: int) -> int:
-        inputs = transformer_inputs(transformer, batch, shape, text)
+        inputs = video_inputs(transformer, batch, shape, text)
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
             peak = peak_live_bytes(lambda: transformer(**inputs))
         progress(f"feature pass, batch {batch}, {shape}, {text} text tokens: peak {peak / 2**20:.1f} MiB")

@@ -4,8 +4,9 @@
         DiT4DiT/training/train.py --config_yaml DiT4DiT/config/robotwin/dit4dit_robotwin.yaml --trainer.max_train_steps 1000
 
 `main()`: parse_config (every key typed and every rule checked, DiT4DiT/config) -> validate_training_config (the
-folders exist) -> build_accelerator -> Trainer (trainer.py: data, model, optimizer, schedule, resume) -> train():
-batch -> train_step below (forward, backward, clip, optimizer.step) -> maybe log / eval / save (checkpoint.py).
+folders exist) -> build_accelerator -> run_training(): the Trainer (trainer.py: resume, data, model), build_optimizer,
+trainer.prepare (schedule, prompts, saved state), then the loop: batch -> train_step below (forward, backward, clip,
+optimizer.step) -> trainer.after_step (log / eval / save). The Trainer never calls back into this file.
 This file holds the device-specific code the NPU patch edits: the imports, the optimizer and the autocast site.
 """
 
@@ -75,7 +76,7 @@ def compose_loss(losses: dict[str, torch.Tensor], loss_scale: TrainerLossScaleSe
 
 
 def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               scheduler, accelerator: Accelerator, trainer: TrainerSection,
+               scheduler, accelerator: Accelerator, settings: TrainerSection,
                batch_order: ResumableBatchOrder) -> dict[str, torch.Tensor]:
     """One optimizer step over `gradient_accumulation_steps` micro-batches; returns averaged metrics (on the device).
 
@@ -85,9 +86,9 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
     guard = NonFiniteGuard()
     for micro, batch in enumerate(micro_batches):
         with accelerator.accumulate(model):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_enabled(trainer.mixed_precision)):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_enabled(settings.mixed_precision)):
                 losses = model(batch)
-            total = compose_loss(losses, trainer.loss_scale)
+            total = compose_loss(losses, settings.loss_scale)
             guard.watch(losses, total)
             # One host wait per optimizer step, before the backward that updates the weights.
             non_finite = guard.first_non_finite(accelerator.gather) if accelerator.sync_gradients else None
@@ -104,7 +105,7 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
                 if accelerator.distributed_type == DistributedType.DEEPSPEED:
                     grad_norm = model.get_global_grad_norm()  # DeepSpeed clips inside backward
                 else:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), trainer.gradient_clipping)
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.gradient_clipping)
                 metrics["grad_norm"] = as_device_scalar(grad_norm, accelerator.device)
                 optimizer.step()
                 scheduler.step()
@@ -112,6 +113,18 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
         for name, value in [*losses.items(), ("total_loss", total)]:  # summed on the device
             metrics[name] = metrics.get(name, 0) + value.detach() / n_micro
     return metrics
+
+
+def run_training(cfg: DictConfig, accelerator: Accelerator) -> None:
+    """The run, top to bottom: set-up, then batch -> train_step -> bookkeeping, until max_train_steps."""
+    trainer = Trainer(cfg, accelerator)  # resume, data, model
+    trainer.prepare(build_optimizer(trainer.model, trainer.settings))  # schedule, prompts, saved state
+    with trainer.running():  # cleanup on every exit; the final model when the loop ends
+        for step, micro_batches in trainer.steps():
+            metrics = train_step(micro_batches, step, model=trainer.model, optimizer=trainer.optimizer,
+                                 scheduler=trainer.scheduler, accelerator=accelerator, settings=trainer.settings,
+                                 batch_order=trainer.batch_order)
+            trainer.after_step(step, metrics)  # log, evaluate, save; raises Preempted on an agreed stop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                         cfg.datasets.vla_data.per_device_batch_size)
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
         with run_dirs.claimed(accelerator, Path(cfg.output_dir), cfg.trainer.is_resume, cfg.trainer.move_old_run):
-            Trainer(cfg, accelerator, build_optimizer, train_step).train()
+            run_training(cfg, accelerator)
 
     def said_by(error: DiT4DiTError) -> str | None:  # one line, once: by the main process when all ranks raised it
         many = accelerator is not None and accelerator.num_processes > 1

@@ -1,7 +1,7 @@
-"""The Trainer: built complete in one place (`__init__`: resume, data, model, optimizer, schedule), then `train()`.
-
-train.py hands it the two device-specific pieces the NPU patch edits, `build_optimizer` and `train_step`, so
-this file holds no device code. What a saved training state holds is the Checkpointer's (checkpoint.py).
+"""The Trainer: a run's state (resume, data, model, schedule, prompts, saved state) and its bookkeeping (log,
+evaluate, save, the final model). train.py owns the loop and the two device-specific pieces the NPU patch edits
+(the optimizer and the train step); the Trainer never calls back into it, so this file holds no device code.
+What a saved training state holds is the Checkpointer's (checkpoint.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -91,48 +91,63 @@ def collective_timeout(trainer: TrainerSection) -> timedelta:
 
 
 class Trainer:
-    """Everything one training run needs, ready when the constructor returns; `train()` runs the loop.
+    """Everything one training run needs, assembled in two calls, and the bookkeeping around each step:
 
+        trainer = Trainer(cfg, accelerator)          # resume, data, model
+        trainer.prepare(optimizer)                   # schedule, accelerate, prompts, saved state, metrics
+        with trainer.running():                      # cleanup on every exit; the final model when the loop ends
+            for step, micro_batches in trainer.steps():
+                ...                                  # train.py's train_step
+                trainer.after_step(step, metrics)    # log, evaluate, save, stop when preempted
+
+    The optimizer comes from train.py (the NPU patch makes it fused) between the two calls: it is made from
+    `trainer.model` and must exist before accelerate prepares the model and a saved optimizer state is restored.
     Collective: every rank builds its Trainer together (resume verification, prompt encoding and the
     accelerate preparation talk to the other ranks).
     """
 
-    def __init__(self, cfg: DictConfig, accelerator: Accelerator,
-                 build_optimizer: Callable[[torch.nn.Module, TrainerSection], torch.optim.Optimizer], train_step: Callable):
+    def __init__(self, cfg: DictConfig, accelerator: Accelerator):
         typed = section(cfg, ConfigSections)
         settings, data_cfg = typed.trainer, typed.datasets.vla_data
-        self.cfg, self.settings, self.accelerator, self.train_step = cfg, settings, accelerator, train_step
+        self.cfg, self.typed, self.settings, self.accelerator = cfg, typed, settings, accelerator
         self.run_dir = Path(cfg.output_dir)
-        is_main, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+        rank, world = accelerator.process_index, accelerator.num_processes
         self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(settings), settings.keep_last_states)
         resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
         if resume:
             resumption.check_config_unchanged(cfg, self.run_dir, resume, world)
+        self.resume = resume
         self.start_step = resume.step if resume else 0
 
-        # Data: the same initial weights on every rank (per-rank randomness is seeded further down). Both splits
+        # Data: the same initial weights on every rank (per-rank randomness is seeded in prepare). Both splits
         # from one pass; one process per node indexes while the others wait, then read its cache.
         set_seed(cfg.seed)
         with accelerator.local_main_process_first():
             datasets = build_vla_datasets(data_cfg, typed.framework.action_model.future_action_window_size + 1, cfg.seed,
                                           ("train", "eval") if has_action_head(cfg) else ("train",))
-        train_set, eval_set = datasets["train"], datasets.get("eval")
-        self.batch_order = ResumableBatchOrder(len(train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)
+        self.train_set, self.eval_set = datasets["train"], datasets.get("eval")
+        self.batch_order = ResumableBatchOrder(len(self.train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)
         for warning in resources.check_resources(typed.framework, settings, data_cfg, world, accelerator.device):  # ResourceError when it cannot fit
             log.warning(warning)
-        statistics = self.run_dir / "dataset_statistics.json"
         if resume:  # the run's statistics stay its statistics
-            resumption.use_saved_statistics([d for d in (train_set, eval_set) if d is not None], statistics, is_main)
+            resumption.use_saved_statistics([d for d in (self.train_set, self.eval_set) if d is not None],
+                                            self.run_dir / "dataset_statistics.json", accelerator.is_main_process)
 
-        # Model, optimizer, schedule; then the saved optimizer state and RNG, or the schedule fast-forwarded.
-        model = set_up_model(build_framework(cfg), settings, resume, self.checkpointer.deepspeed)
-        optimizer = build_optimizer(model, settings)
+        # The model, warm-started or resumed; train.py makes its optimizer and hands it to prepare().
+        self.model = set_up_model(build_framework(cfg), settings, resume, self.checkpointer.deepspeed)
+
+    def prepare(self, optimizer: torch.optim.Optimizer) -> None:
+        """The schedule, the run dir's first files, accelerate's preparation (self.model and self.optimizer become
+        the prepared ones), the prompts, then the saved optimizer state and RNG, or the schedule fast-forwarded."""
+        cfg, settings, accelerator, resume = self.cfg, self.settings, self.accelerator, self.resume
+        data_cfg, is_main = self.typed.datasets.vla_data, accelerator.is_main_process
+        train_set, eval_set = self.train_set, self.eval_set
         self.scheduler = build_lr_scheduler(optimizer, settings)
         if not resume and is_main:  # after every check of the config: a refused start writes nothing
-            save_dataset_statistics(train_set.statistics(), statistics)
+            save_dataset_statistics(train_set.statistics(), self.run_dir / "dataset_statistics.json")
         if is_main and not (self.run_dir / "config.yaml").is_file():  # fresh, or weights only from a folder without
             save_config(recorded_config(cfg), self.run_dir / "config.yaml")
-        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
         self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
                                        accelerator)
@@ -141,7 +156,7 @@ class Trainer:
             log.info("resumed from %s at step %d", resume.state, self.start_step)
         else:
             resumption.fast_forward(self.scheduler, self.start_step)
-            set_seed(cfg.seed + rank)
+            set_seed(cfg.seed + accelerator.process_index)
 
         start_micro_step = self.start_step * settings.gradient_accumulation_steps
         self.batches = iterate_batches(train_set, self.batch_order, start_micro_step, data_cfg.num_workers, collate_fn)
@@ -161,51 +176,59 @@ class Trainer:
     def unwrapped(self) -> torch.nn.Module:
         return unwrap(self.accelerator, self.model)
 
-    def train(self) -> Path:
-        settings, last = self.settings, self.settings.max_train_steps
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around the loop: the stop signal, the heartbeat and the cleanup on every exit (an error, a preemption);
+        when the loop ends, the final model and the replica comparison, then the loss curve."""
         with contextlib.ExitStack() as cleanup:
             cleanup.enter_context(run_dirs.writes_lost_as_one_line(self.run_dir))  # exited last: sees every error
             if self.logger is not None:
                 cleanup.callback(self.logger.close)
-            stop = preemption.StopSignal().install(collective_timeout(settings))
-            cleanup.callback(stop.uninstall)
-            beat = heartbeat.start_heartbeat(settings.stall_timeout_s, collective_timeout(settings))
-            cleanup.callback(beat.stop)
+            self.stop = preemption.StopSignal().install(collective_timeout(self.settings))
+            cleanup.callback(self.stop.uninstall)
+            self.beat = heartbeat.start_heartbeat(self.settings.stall_timeout_s, collective_timeout(self.settings))
+            cleanup.callback(self.beat.stop)
             # Shut the DataLoader workers down now: they ignore SIGTERM (so a preempted step can finish), so the
             # interpreter's exit could not stop them if the iterator were still alive then.
             cleanup.callback(self.batches.close)
             if self.closed_loop is not None:  # before the logger closes: the last result still reaches it
                 cleanup.push(self.closed_loop.close)
-            loop_start = time.perf_counter()
-            for step in range(self.start_step, last):
-                data_start = time.perf_counter()
-                micro_batches = [next(self.batches) for _ in range(settings.gradient_accumulation_steps)]
-                model_start = time.perf_counter()
-                values = self.train_step(micro_batches, step, model=self.model, optimizer=self.optimizer,
-                                         scheduler=self.scheduler, accelerator=self.accelerator, trainer=settings,
-                                         batch_order=self.batch_order)
-                done = step + 1
-                beat.step = done
-                self.log_step(values, {"data_time": model_start - data_start,
-                                       "model_time": time.perf_counter() - model_start}, done)
-                if done == self.start_step + 1:
-                    log.info(resources.time_to_finish(done, self.start_step, last, time.perf_counter() - loop_start))
-                if self.eval_batch is not None and due(done, settings.eval_interval, last):
-                    self.logger.log({"step": done, "eval_action_mse": eval_action_mse(self.unwrapped, self.eval_batch)})
-                stopping = stop.agreed() and done < last
-                if due(done, settings.save_interval, last) or stopping:
-                    self.checkpointer.save(done, self.model, self.optimizer, self.scheduler)
-                if self.closed_loop is not None:
-                    self.closed_loop.step(done)
-                if stopping:
-                    raise preemption.Preempted(stop.signal_name, done, self.checkpointer.state_dir(done))
+            yield
             self.save_final_model()
         if self.accelerator.is_main_process:
             plot_loss_curve(self.run_dir)
             log.info("done: %s", self.run_dir)
-            log.info(original_server_note(settings.save_full_state_dict, self.run_dir))
+            log.info(original_server_note(self.settings.save_full_state_dict, self.run_dir))
         self.accelerator.wait_for_everyone()
-        return self.run_dir
+
+    def steps(self) -> Iterator[tuple[int, list[list[dict]]]]:
+        """(step, its gradient_accumulation_steps micro-batches) from the start step to the last; the wait for them
+        is the step's data_time, the time until after_step its model_time."""
+        self.loop_start = time.perf_counter()
+        for step in range(self.start_step, self.settings.max_train_steps):
+            data_start = time.perf_counter()
+            micro_batches = [next(self.batches) for _ in range(self.settings.gradient_accumulation_steps)]
+            self.data_start, self.model_start = data_start, time.perf_counter()
+            yield step, micro_batches
+
+    def after_step(self, step: int, values: dict[str, torch.Tensor]) -> None:
+        """After optimizer step `step`: log, maybe evaluate and save; raises Preempted once every rank agreed to stop
+        (after saving)."""
+        settings, last, done = self.settings, self.settings.max_train_steps, step + 1
+        self.beat.step = done
+        self.log_step(values, {"data_time": self.model_start - self.data_start,
+                               "model_time": time.perf_counter() - self.model_start}, done)
+        if done == self.start_step + 1:
+            log.info(resources.time_to_finish(done, self.start_step, last, time.perf_counter() - self.loop_start))
+        if self.eval_batch is not None and due(done, settings.eval_interval, last):
+            self.logger.log({"step": done, "eval_action_mse": eval_action_mse(self.unwrapped, self.eval_batch)})
+        stopping = self.stop.agreed() and done < last
+        if due(done, settings.save_interval, last) or stopping:
+            self.checkpointer.save(done, self.model, self.optimizer, self.scheduler)
+        if self.closed_loop is not None:
+            self.closed_loop.step(done)
+        if stopping:
+            raise preemption.Preempted(self.stop.signal_name, done, self.checkpointer.state_dir(done))
 
     def log_step(self, values: dict[str, torch.Tensor], timings: dict[str, float], done: int) -> None:
         """Collective on log steps: the step's device values join the window; every logging_frequency steps the
@@ -216,7 +239,7 @@ class Trainer:
         reduced = self.window.reduce(self.accelerator.gather) if log_now else None
         if self.logger is None:
             return
-        samples = self.cfg.datasets.vla_data.per_device_batch_size * accumulation * self.accelerator.num_processes
+        samples = self.typed.datasets.vla_data.per_device_batch_size * accumulation * self.accelerator.num_processes
         self.logger.record(timings, samples=samples)
         self.logger.advance(done)
         if reduced is not None:

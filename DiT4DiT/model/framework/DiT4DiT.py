@@ -23,16 +23,8 @@ from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
-from DiT4DiT.model.modules.host_to_device import to_device
+from DiT4DiT.model.modules.host_to_device import ActionBatch, action_batch
 from DiT4DiT.model.modules.prompt_store import Ranks
-
-
-def _stack_field(examples: list[dict], key: str) -> torch.Tensor:
-    if key not in examples[0]:
-        raise ValueError(
-            f"examples lack '{key}'; the data loader's example dicts carry image, lang, action, state, action_mask"
-        )
-    return torch.as_tensor(np.stack([np.asarray(example[key]) for example in examples]))
 
 
 def autocast_enabled(mixed_precision: str) -> bool:
@@ -74,28 +66,25 @@ class DiT4DiT(nn.Module):
         release = not self.config.trainer.save_full_state_dict
         return self.backbone_interface.extractor.prepare_prompts(instructions, ranks, release_encoder=release)
 
-    def _state(self, examples: list[dict], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
-        if "state" not in examples[0] or self.action_model.state_encoder is None:
-            return None
-        return to_device(_stack_field(examples, "state"), device, dtype)
-
-    def _action_loss(self, features: torch.Tensor, examples: list[dict]) -> torch.Tensor:
-        dtype, device = self.action_model.dtype, features.device
-        actions = to_device(_stack_field(examples, "action"), device, dtype)
-        if actions.shape[1] != self.chunk_len:
+    def _action_batch(self, examples: list[dict], device: torch.device, *, targets: bool) -> ActionBatch:
+        """The examples' actions and mask (`targets`, for training) and state, on `device`: the one conversion."""
+        state = "state" in examples[0] and self.action_model.state_encoder is not None
+        batch = action_batch(examples, device, self.action_model.dtype, targets=targets, state=state)
+        if targets and batch.actions.shape[1] != self.chunk_len:
             raise ConfigError(
-                f"examples carry {actions.shape[1]} action steps but the model expects "
+                f"examples carry {batch.actions.shape[1]} action steps but the model expects "
                 f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}; make the data's action "
                 "chunk and future_action_window_size agree"
             )
-        mask = to_device(_stack_field(examples, "action_mask"), device, torch.bool)
-        state = self._state(examples, dtype, device)
+        return batch
+
+    def _action_loss(self, features: torch.Tensor, batch: ActionBatch) -> torch.Tensor:
         repeats = self.repeated_diffusion_steps
         return self.action_model(
-            features.to(dtype).repeat(repeats, 1, 1),
-            actions.repeat(repeats, 1, 1),
-            mask.repeat(repeats, 1, 1),
-            state.repeat(repeats, 1, 1) if state is not None else None,
+            features.to(self.action_model.dtype).repeat(repeats, 1, 1),
+            batch.actions.repeat(repeats, 1, 1),
+            batch.mask.repeat(repeats, 1, 1),
+            batch.state.repeat(repeats, 1, 1) if batch.state is not None else None,
         )
 
     def forward(self, examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -111,8 +100,9 @@ class DiT4DiT(nn.Module):
             )
         losses = {}
         if self.action_model is not None:
+            batch = self._action_batch(examples, backbone.features.device, targets=True)
             with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
-                losses["action_loss"] = self._action_loss(backbone.features, examples)
+                losses["action_loss"] = self._action_loss(backbone.features, batch)
         if backbone.future_video_loss is not None:
             losses["future_video_loss"] = backbone.future_video_loss
         if not losses:
@@ -137,10 +127,10 @@ class DiT4DiT(nn.Module):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(images, instructions, want_features=True, want_video_loss=False,
                                                generators=generators)
+        batch = self._action_batch(examples, backbone.features.device, targets=False)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
-            dtype = self.action_model.dtype
-            state = self._state(examples, dtype, backbone.features.device)
-            actions = self.action_model.predict_action(backbone.features.to(dtype), state, generators)
+            features = backbone.features.to(self.action_model.dtype)
+            actions = self.action_model.predict_action(features, batch.state, generators)
         return {"normalized_actions": actions.float().cpu().numpy()}
 
     @classmethod

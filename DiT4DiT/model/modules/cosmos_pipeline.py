@@ -7,7 +7,6 @@ through the same `from_pretrained` call. The pipeline object itself is dropped: 
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path

@@ -25,13 +25,13 @@ import torch
 from DiT4DiT.atomic_files import write_bytes_atomic
 from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.model.modules.host_to_device import stack_to_device
+from DiT4DiT.safetensors_header import raw_header, read_header
 
 log = logging.getLogger(__name__)
 
 STORE_DIR_KEY = "framework.cosmos25.prompt_store_dir"
 TENSOR_NAME = "embedding"
 SUFFIX = ".safetensors"
-MAX_HEADER_BYTES = 1 << 20
 IDENTITY_SAMPLE_BYTES = 1 << 20
 SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 # 2: each file's metadata holds the sha256 of its embedding (stores without it are a folder of their own).
@@ -97,8 +97,7 @@ def _hash_file(digest, path: Path) -> None:
             digest.update(stream.read())
             return
         if path.suffix == SUFFIX:
-            header = stream.read(8)
-            digest.update(header + stream.read(min(int.from_bytes(header, "little"), MAX_HEADER_BYTES)))
+            digest.update(raw_header(stream, size))
         digest.update(stream.read(IDENTITY_SAMPLE_BYTES))
 
 
@@ -147,13 +146,8 @@ class PromptStore:
         return located
 
     def _check(self, path: Path, instruction: str) -> _Located:
-        size = path.stat().st_size
-        with open(path, "rb") as stream:
-            header_bytes = int.from_bytes(stream.read(8), "little")
-            if not 0 < header_bytes <= min(MAX_HEADER_BYTES, size - 8):
-                raise ValueError(f"header length {header_bytes} does not fit the file's {size} bytes")
-            header = json.loads(stream.read(header_bytes))
-        metadata, entry = header["__metadata__"], header[TENSOR_NAME]
+        header = read_header(path)
+        metadata, entry = header.metadata, header.tensors[TENSOR_NAME]
         if metadata["key"] != self.key or metadata["instruction"] != instruction:
             raise ValueError("its key or instruction differs from the file name's")
         dtype = SAFETENSORS_DTYPES[entry["dtype"]]
@@ -161,9 +155,9 @@ class PromptStore:
         shape = tuple(entry["shape"])
         if dtype != self.dtype or len(shape) != 2 or shape[0] != self.max_sequence_length:
             raise ValueError(f"it holds {entry['dtype']} {list(shape)}, not {self.dtype} ({self.max_sequence_length}, D)")
-        if end - begin != int(np.prod(shape)) * dtype.itemsize or size != 8 + header_bytes + end:
-            raise ValueError(f"its size {size} does not match its header")
-        return _Located(path, 8 + header_bytes + begin, end - begin, shape, str(metadata["sha256"]))
+        if end - begin != int(np.prod(shape)) * dtype.itemsize or header.file_size != header.described_size:
+            raise ValueError(f"its size {header.file_size} does not match its header")
+        return _Located(path, header.data_start + begin, end - begin, shape, str(metadata["sha256"]))
 
     def missing(self, instructions: Iterable[str]) -> list[str]:
         return [p for p in sorted(set(instructions)) if self._locate(p) is None]
