@@ -305,6 +305,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.compare_only and args.original is None:
         parser.error("--compare_only needs --original PATH")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     if args.original is not None:
         args.original = args.original.resolve()
         run_original_check(args.original, args.original_python)

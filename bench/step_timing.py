@@ -4,8 +4,9 @@
     python bench/step_timing.py ours --work DIR --result R.json [--steps 2] [--seed 0]
     python bench/step_timing.py original --checkout PATH --work DIR --result R.json [--steps 2] [--seed 0]
 
-`prepare` (ours) writes DIR/config.yaml (the config as a run folder records it, which the original reads) and
-DIR/batch.pkl (one example dict of the configured dataset, the data loader's own), and fills our prompt store.
+`prepare` (ours) writes DIR/config.yaml (the config as a run folder records it, which the original reads),
+DIR/batch.pkl (the configured batch of example dicts, the data loader's own) and DIR/action_model.pt (the action
+head as initialised from the seed; everything else comes from the snapshot), and fills our prompt store.
 `ours` builds our framework with its freezing and optimizer; `original` imports the original's framework from its
 checkout, first on sys.path and ours off it (both packages are named DiT4DiT), and freezes with its own
 freeze_backbones and optimizer groups. Both then run `--steps` steps of forward, backward (action loss +
@@ -30,6 +31,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 # An import failure on the original's side exits with this code and one line; the rehearsal passes it on.
 INCOMPATIBLE = 2
+HEAD = "action_model.pt"
 
 
 def rss_gib() -> float:
@@ -75,7 +77,8 @@ def run(model, cfg, batch: list[dict], optimizer, args, side: str, loaded_s: flo
     names = sorted(name for name, p in model.named_parameters() if p.requires_grad)
     at_rest = rss_gib()
     rows = timed_steps(model, batch, optimizer, cfg, args.steps, args.seed)
-    result = {"side": side, "load_s": loaded_s, "autocast": cfg.trainer.mixed_precision, "steps": rows, "rss_before_steps_gib": at_rest,
+    result = {"side": side, "load_s": loaded_s, "autocast": cfg.trainer.mixed_precision, "steps": rows,
+              "rss_before_steps_gib": at_rest,
               "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
               "trainable_tensors": len(names),
               "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -86,6 +89,13 @@ def run(model, cfg, batch: list[dict], optimizer, args, side: str, loaded_s: flo
 def load_batch(work: Path) -> list[dict]:
     with open(work / "batch.pkl", "rb") as f:
         return pickle.load(f)
+
+
+def load_action_head(model, work: Path) -> None:
+    """The action head is not in the snapshot: both sides load the one `prepare` initialised (its parameter names
+    are the original's), so every weight is the same on both."""
+    if model.action_model is not None:
+        model.action_model.load_state_dict(torch.load(work / HEAD, weights_only=True), strict=True)
 
 
 def prepare(args, overrides: list[str]) -> None:
@@ -103,8 +113,11 @@ def prepare(args, overrides: list[str]) -> None:
     batch = [train_set[i] for i in range(cfg.datasets.vla_data.per_device_batch_size)]
     with open(out / "batch.pkl", "wb") as f:
         pickle.dump(batch, f)
-    model = build_ours(out)[0]  # fills the prompt store the timed processes read
-    model.prepare_prompts([example["lang"] for example in batch])
+    torch.manual_seed(cfg.seed)
+    model = build_ours(out)[0]
+    if model.action_model is not None:
+        torch.save(model.action_model.state_dict(), out / HEAD)
+    model.prepare_prompts([example["lang"] for example in batch])  # the store the timed processes read
 
 
 def build_ours(work: Path):
@@ -123,6 +136,7 @@ def build_ours(work: Path):
 def ours(args) -> None:
     start = time.perf_counter()
     model, cfg, optimizer = build_ours(Path(args.work))
+    load_action_head(model, Path(args.work))
     batch = load_batch(Path(args.work))
     model.prepare_prompts([example["lang"] for example in batch])  # read from the store; the encoder released
     run(model, cfg, batch, optimizer(), args, "ours", time.perf_counter() - start)
@@ -164,9 +178,10 @@ def original(args) -> None:
     cfg = OmegaConf.load(Path(args.work) / "config.yaml")
     model = build_framework(cfg)
     trainer_utils.freeze_backbones(model, cfg.trainer.freeze_modules)
+    load_action_head(model, Path(args.work))
+    settings = cfg.trainer.optimizer
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.trainer.learning_rate.base,
-                                  betas=tuple(cfg.trainer.optimizer.betas), weight_decay=cfg.trainer.optimizer.weight_decay,
-                                  eps=cfg.trainer.optimizer.eps)
+                                  betas=tuple(settings.betas), weight_decay=settings.weight_decay, eps=settings.eps)
     run(model, cfg, load_batch(Path(args.work)), optimizer, args, "original", time.perf_counter() - start)
 
 
