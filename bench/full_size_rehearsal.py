@@ -21,7 +21,8 @@ phases' peaks:
                  writes the config and one batch, then --rounds rounds of two processes, ours then the original's
                  (its checkout first on sys.path, ours off it), each loading the snapshot with the same config
                  keys and frozen set and timing 2 steps (forward, backward, clipping, AdamW) on that batch; the
-                 table holds the second step's time and each process's peak RSS, and their ratios
+                 table holds the second step's time and each process's peak RSS, and their ratios; then how far
+                 apart the two action heads sample on the same input
 To fit 24 GB the text encoder, the VAE and the transformer's blocks are frozen (the 2B optimizer state would need
 ~33 GB); the patch embedding before block 0, the text projection, the output layer and the action head train, so
 the video loss's backward still passes through all 28 blocks. Heavy phases wait until MemAvailable reaches
@@ -34,11 +35,14 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
@@ -118,6 +122,7 @@ def compare(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: 
                                     ("original", args.original_python, ["--checkout", str(args.original)])):
             wait_for_memory(args.min_available_gib, f"compare {side}")
             out = folder / f"round{round_}_{side}.json"
+            out.unlink(missing_ok=True)  # a failed process leaves none: never an earlier run's
             row = run_phase(f"compare: round {round_} {side}",
                             [python, step_timing, side, "--work", str(folder), "--result", str(out), *extra],
                             work / f"compare_round{round_}_{side}.log", env,
@@ -127,11 +132,19 @@ def compare(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: 
     return results
 
 
+def head_agreement(results: list[dict]) -> str:
+    """How far apart ours and the original's action heads sample, for the same weights, features and seed."""
+    first = {r["side"]: r.get("head_prediction") for r in results if r["round"] == 1}
+    if first.get("ours") is None or first.get("original") is None:
+        return "action head: no prediction from both sides to compare"
+    gap = float(np.abs(np.array(first["ours"]) - np.array(first["original"])).max())
+    return (f"action head, same weights, seeded features and noise, float32: max |ours - original| = {gap:.2e} "
+            f"over actions of up to {float(np.abs(np.array(first['ours'])).max()):.2f}")
+
+
 def comparison_table(results: list[dict]) -> str:
     """Per round and as medians: the second step's seconds and the peak RSS of ours and the original's, and
     ours / original."""
-    import statistics
-
     def figure(result: dict | None, key: str) -> float | None:
         if not result or result["exit"] != 0 or "steps" not in result:
             return None
@@ -346,6 +359,7 @@ def main() -> None:
                         f"tensors (names {result['trainable_names_sha256'][:12]})")
             else:
                 print(f"round {result['round']} {result['side']}: exit {result['exit']}, see {result['log']}")
+        print(head_agreement(results))
     print(f"logs: {work}")
     if not args.keep and args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)

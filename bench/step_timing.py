@@ -11,7 +11,8 @@ head as initialised from the seed; everything else comes from the snapshot), and
 checkout, first on sys.path and ours off it (both packages are named DiT4DiT), and freezes with its own
 freeze_backbones and optimizer groups. Both then run `--steps` steps of forward, backward (action loss +
 loss_scale.future_video x video loss), gradient clipping and AdamW on the same batch, from the same torch seed, and
-write each step's seconds and losses, the trainable parameter names' count and digest, and the peak RSS.
+write each step's seconds and losses, the trainable parameter names' count and digest, the peak RSS, and the
+action head's sampled actions for seeded features (where the two must agree to float32 rounding).
 bench/full_size_rehearsal.py --original runs them interleaved.
 """
 
@@ -26,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,8 +75,23 @@ def timed_steps(model, batch: list[dict], optimizer, cfg, steps: int, seed: int)
     return rows
 
 
+def head_prediction(model, batch: list[dict], cfg, seed: int) -> list | None:
+    """The action head's sampled actions for seeded features and the batch's state, in float32: the backbones'
+    noise is not in the way here, so ours and the original's must agree (the same weights, one draw of starting
+    noise, the same Euler steps)."""
+    if model.action_model is None:
+        return None
+    torch.manual_seed(seed)
+    features = torch.randn(len(batch), 16, int(cfg.framework.cosmos25.vl_hidden_dim))
+    state = torch.as_tensor(np.stack([e["state"] for e in batch]), dtype=torch.float32) if "state" in batch[0] else None
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return model.action_model.predict_action(features, state).tolist()
+
+
 def run(model, cfg, batch: list[dict], optimizer, args, side: str, loaded_s: float) -> None:
     names = sorted(name for name, p in model.named_parameters() if p.requires_grad)
+    predicted = head_prediction(model, batch, cfg, args.seed)
     at_rest = rss_gib()
     rows = timed_steps(model, batch, optimizer, cfg, args.steps, args.seed)
     result = {"side": side, "load_s": loaded_s, "autocast": cfg.trainer.mixed_precision, "steps": rows,
@@ -82,7 +99,8 @@ def run(model, cfg, batch: list[dict], optimizer, args, side: str, loaded_s: flo
               "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
               "trainable_tensors": len(names),
               "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-              "trainable_names_sha256": hashlib.sha256("\n".join(names).encode()).hexdigest()}
+              "trainable_names_sha256": hashlib.sha256("\n".join(names).encode()).hexdigest(),
+              "head_prediction": predicted}
     Path(args.result).write_text(json.dumps(result, indent=1))
 
 
