@@ -43,14 +43,14 @@ def rss_gib() -> float:
     return 0.0
 
 
-def timed_steps(model, batch: list[dict], optimizer, cfg, steps: int, seed: int) -> list[dict]:
+def timed_steps(model, batch: list[dict], optimizer, cfg, total_of, steps: int, seed: int) -> list[dict]:
     """`steps` optimizer steps on `batch`: forward, backward, optimizer seconds and the losses of each.
 
     With trainer.mixed_precision bf16 the forward runs under the CPU's bf16 autocast, the stand-in for the
     torch.autocast("cuda", bf16) both train steps enter on a device: the original needs it (its video pass feeds
     float32 latents to the bf16 transformer and relies on autocast to cast them), and both sides get the same."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    loss_scale, clip = float(cfg.trainer.loss_scale.future_video), float(cfg.trainer.gradient_clipping)
+    clip = float(cfg.trainer.gradient_clipping)
     bf16 = cfg.trainer.mixed_precision == "bf16"
     torch.manual_seed(seed)
     rows = []
@@ -58,10 +58,7 @@ def timed_steps(model, batch: list[dict], optimizer, cfg, steps: int, seed: int)
         start = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             losses = model(batch)
-        # The total both train steps form (ours: train.compose_loss; the original: Trainer._train_step).
-        total = losses.get("action_loss", 0.0)
-        if "future_video_loss" in losses:
-            total = total + loss_scale * losses["future_video_loss"]
+        total = total_of(losses)
         forward = time.perf_counter()
         total.backward()
         backward = time.perf_counter()
@@ -89,11 +86,11 @@ def head_prediction(model, batch: list[dict], cfg, seed: int) -> list | None:
         return model.action_model.predict_action(features, state).tolist()
 
 
-def run(model, cfg, batch: list[dict], optimizer, args, side: str, loaded_s: float) -> None:
+def run(model, cfg, batch: list[dict], optimizer, total_of, args, side: str, loaded_s: float) -> None:
     names = sorted(name for name, p in model.named_parameters() if p.requires_grad)
     predicted = head_prediction(model, batch, cfg, args.seed)
     at_rest = rss_gib()
-    rows = timed_steps(model, batch, optimizer, cfg, args.steps, args.seed)
+    rows = timed_steps(model, batch, optimizer, cfg, total_of, args.steps, args.seed)
     result = {"side": side, "load_s": loaded_s, "autocast": cfg.trainer.mixed_precision, "steps": rows,
               "rss_before_steps_gib": at_rest,
               "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
@@ -143,21 +140,22 @@ def build_ours(work: Path):
     from DiT4DiT.config.schema import load_config
     from DiT4DiT.config.sections import TrainerSection
     from DiT4DiT.config.typed import section
-    from DiT4DiT.training.train import build_optimizer
+    from DiT4DiT.training.train import build_optimizer, compose_loss
     from DiT4DiT.training.trainer import build_model
 
     cfg = load_config(work / "config.yaml")
     model = build_model(cfg, None, deepspeed=False)
-    return model, cfg, lambda: build_optimizer(model, section(cfg.trainer, TrainerSection))
+    return (model, cfg, lambda: build_optimizer(model, section(cfg.trainer, TrainerSection)),
+            lambda losses: compose_loss(losses, cfg))
 
 
 def ours(args) -> None:
     start = time.perf_counter()
-    model, cfg, optimizer = build_ours(Path(args.work))
+    model, cfg, optimizer, total_of = build_ours(Path(args.work))
     load_action_head(model, Path(args.work))
     batch = load_batch(Path(args.work))
     model.prepare_prompts([example["lang"] for example in batch])  # read from the store; the encoder released
-    run(model, cfg, batch, optimizer(), args, "ours", time.perf_counter() - start)
+    run(model, cfg, batch, optimizer(), total_of, args, "ours", time.perf_counter() - start)
 
 
 def import_original(checkout: Path):
@@ -200,7 +198,15 @@ def original(args) -> None:
     settings = cfg.trainer.optimizer
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.trainer.learning_rate.base,
                                   betas=tuple(settings.betas), weight_decay=settings.weight_decay, eps=settings.eps)
-    run(model, cfg, load_batch(Path(args.work)), optimizer, args, "original", time.perf_counter() - start)
+    run(model, cfg, load_batch(Path(args.work)), optimizer, original_total(cfg), args, "original",
+        time.perf_counter() - start)
+
+
+def original_total(cfg):
+    """The original's Trainer._train_step total (a method of its trainer, so restated): the action loss plus
+    loss_scale.future_video times the video loss, whichever the mode returns."""
+    scale = float(cfg.trainer.loss_scale.future_video)
+    return lambda losses: losses.get("action_loss", 0.0) + scale * losses.get("future_video_loss", 0.0)
 
 
 def main() -> None:
