@@ -74,9 +74,11 @@ bench: tiny-assets
 	PYTHONPATH=. $(PY) bench/bench_serving.py
 
 # The real job at full size on this CPU (not CI): about 6 GB of random-weight snapshot, ~16 GiB of RAM, tens of
-# minutes. REHEARSAL_ARGS=--smoke checks the script in minutes on a test-size snapshot.
+# minutes. REHEARSAL_ARGS=--smoke checks the script in minutes on a test-size snapshot. ORIGINAL=a checkout of the
+# original DiT4DiT (ORIGINAL_PYTHON: an interpreter its framework imports with) also times its steps against ours.
 rehearsal: | venv
-	PYTHONPATH=. $(PY) bench/full_size_rehearsal.py $(REHEARSAL_ARGS)
+	PYTHONPATH=. $(PY) bench/full_size_rehearsal.py $(if $(ORIGINAL),--original $(ORIGINAL)) \
+		$(if $(ORIGINAL_PYTHON),--original_python $(ORIGINAL_PYTHON)) $(REHEARSAL_ARGS)
 
 # Meta-World's own environment (docs/closed-loop.md): the simulator and our client, no torch; its pins (mujoco 3.3,
 # numpy 2) never meet the training environment's. Headless rendering needs EGL or OSMesa from the system.

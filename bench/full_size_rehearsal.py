@@ -1,7 +1,8 @@
 """Full-size rehearsal on a CPU: the real job at the real width, batch 1, through the real entry points.
 
     python bench/full_size_rehearsal.py [--snapshot DIR] [--workdir DIR] [--min_available_gib 16]
-    make rehearsal
+        [--original PATH [--original_python PY] [--rounds 3] [--compare_only]]
+    make rehearsal [ORIGINAL=PATH ORIGINAL_PYTHON=PY] [REHEARSAL_ARGS=...]
 
 Each phase is its own process, as users run it; its wall time and peak RSS (wait4's ru_maxrss: the process and
 the children it waited for) go into the table, with the memory estimate for the same run next to the training
@@ -16,6 +17,12 @@ phases' peaks:
                  equal the uninterrupted run's
   checkpointing  1 step with --trainer.enable_gradient_checkpointing=true
   serve          python -m DiT4DiT.serving.server on the run's final weights, answering one request
+  compare        with --original PATH (a checkout of the original DiT4DiT, never vendored): bench/step_timing.py
+                 writes the config and one batch, then --rounds rounds of two processes, ours then the original's
+                 (its checkout first on sys.path, ours off it), each loading the snapshot with the same config
+                 keys and frozen set and timing 2 steps (forward, backward, clipping, AdamW) on that batch; the
+                 table holds the second step's time and each process's peak RSS, and their ratios; then how far
+                 apart the two action heads sample on the same input
 To fit 24 GB the text encoder, the VAE and the transformer's blocks are frozen (the 2B optimizer state would need
 ~33 GB); the patch embedding before block 0, the text projection, the output layer and the action head train, so
 the video loss's backward still passes through all 28 blocks. Heavy phases wait until MemAvailable reaches
@@ -28,11 +35,14 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
@@ -43,6 +53,7 @@ from DiT4DiT.memory_estimate import GIB  # noqa: E402
 ROBOTWIN = "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
 FROZEN = ("backbone_interface.extractor.text_encoder,backbone_interface.extractor.vae,"
           "backbone_interface.extractor.transformer.transformer_blocks")
+FULL_SNAPSHOT = REPO / "playground/Pretrained_models/Cosmos-Predict2.5-2B-random"
 FAKE_BIN = REPO / "tests" / "fakes" / "bin"
 HEAVY = ("snapshot", "train", "resume", "checkpointing", "serve")
 
@@ -63,11 +74,13 @@ def wait_for_memory(need_gib: float, phase: str, patience_s: int = 1800) -> None
         time.sleep(30)
 
 
-def run_phase(name: str, command: list[str], log: Path, env: dict | None = None) -> dict:
-    """Run `command`, its output to `log`; wall time, peak RSS (GiB) and exit status."""
+def run_phase(name: str, command: list[str], log: Path, env: dict | None = None, without: tuple[str, ...] = ()) -> dict:
+    """Run `command`, its output to `log`, in this environment plus `env` less the variables `without`; wall time,
+    peak RSS (GiB) and exit status."""
     start = time.monotonic()
+    environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in without}
     with open(log, "w") as out:
-        process = subprocess.Popen(command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=out,
+        process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=out,
                                    stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -76,6 +89,90 @@ def run_phase(name: str, command: list[str], log: Path, env: dict | None = None)
           flush=True)
     return {"phase": name, "wall_s": wall, "peak_rss_gib": usage.ru_maxrss / 2**20, "exit": process.returncode,
             "log": str(log)}
+
+
+def run_original_check(checkout: Path, python: str) -> None:
+    """A missing or incompatible original ends the run before anything heavy, with its one line and exit 2."""
+    try:
+        check = subprocess.run([python, str(REPO / "bench" / "step_timing.py"), "original", "--checkout",
+                                str(checkout), "--check"], cwd=REPO, capture_output=True, text=True,
+                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    except OSError as error:
+        print(f"--original {checkout}: --original_python {python} does not run: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if check.returncode != 0 or "imports" not in check.stdout:
+        lines = (check.stderr or check.stdout).strip().splitlines()
+        print(lines[-1] if lines else f"--original {checkout}: {python} exited {check.returncode}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def compare(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: dict) -> list[dict]:
+    """--rounds rounds of ours then the original's step-timing process on one prepared batch; each result's JSON."""
+    folder = work / "compare"
+    step_timing = str(REPO / "bench" / "step_timing.py")
+    wait_for_memory(args.min_available_gib, "compare")
+    prepared = run_phase("compare: prepare", [sys.executable, step_timing, "prepare", "--config_yaml", ROBOTWIN,
+                                              "--out", str(folder), *training_overrides(snapshot, data, work), *keys],
+                         work / "compare_prepare.log", env)
+    if prepared["exit"] != 0:
+        raise SystemExit(f"compare: preparing the batch failed; see {prepared['log']}")
+    results = []
+    for round_ in range(1, args.rounds + 1):
+        for side, python, extra in (("ours", sys.executable, []),
+                                    ("original", args.original_python, ["--checkout", str(args.original)])):
+            wait_for_memory(args.min_available_gib, f"compare {side}")
+            out = folder / f"round{round_}_{side}.json"
+            out.unlink(missing_ok=True)  # a failed process leaves none: never an earlier run's
+            row = run_phase(f"compare: round {round_} {side}",
+                            [python, step_timing, side, "--work", str(folder), "--result", str(out), *extra],
+                            work / f"compare_round{round_}_{side}.log", env,
+                            without=("PYTHONPATH",) if side == "original" else ())
+            results.append({"round": round_, "side": side, "exit": row["exit"], "log": row["log"],
+                            **(json.loads(out.read_text()) if out.is_file() else {})})
+    return results
+
+
+def head_agreement(results: list[dict]) -> str:
+    """How far apart ours and the original's action heads sample, for the same weights, features and seed."""
+    first = {r["side"]: r.get("head_prediction") for r in results if r["round"] == 1}
+    if first.get("ours") is None or first.get("original") is None:
+        return "action head: no prediction from both sides to compare"
+    gap = float(np.abs(np.array(first["ours"]) - np.array(first["original"])).max())
+    return (f"action head, same weights, seeded features and noise, float32: max |ours - original| = {gap:.2e} "
+            f"over actions of up to {float(np.abs(np.array(first['ours'])).max()):.2f}")
+
+
+def comparison_table(results: list[dict]) -> str:
+    """Per round and as medians: the second step's seconds and the peak RSS of ours and the original's, and
+    ours / original."""
+    def figure(result: dict | None, key: str) -> float | None:
+        if not result or result["exit"] != 0 or "steps" not in result:
+            return None
+        return result["steps"][-1]["step_s"] if key == "step_s" else result[key]
+
+    def cell(value: float | None) -> str:
+        return "failed" if value is None else f"{value:.2f}"
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}" if a is not None and b else "-"
+
+    lines = ["| round | ours s/step | original s/step | ours / original | ours peak RSS GiB | original peak RSS GiB "
+             "| ours / original |", "|---|---|---|---|---|---|---|"]
+    columns: dict[str, list[float]] = {}
+    for round_ in sorted({r["round"] for r in results}):
+        pair = {r["side"]: r for r in results if r["round"] == round_}
+        values = [figure(pair.get(side), key) for key in ("step_s", "peak_rss_gib") for side in ("ours", "original")]
+        for name, value in zip(("ours_s", "original_s", "ours_rss", "original_rss"), values):
+            if value is not None:
+                columns.setdefault(name, []).append(value)
+        ours_s, original_s, ours_rss, original_rss = values
+        lines.append(f"| {round_} | {cell(ours_s)} | {cell(original_s)} | {ratio(ours_s, original_s)} | "
+                     f"{cell(ours_rss)} | {cell(original_rss)} | {ratio(ours_rss, original_rss)} |")
+    medians = [statistics.median(columns[name]) if columns.get(name) else None
+               for name in ("ours_s", "original_s", "ours_rss", "original_rss")]
+    lines.append(f"| median | {cell(medians[0])} | {cell(medians[1])} | {ratio(medians[0], medians[1])} | "
+                 f"{cell(medians[2])} | {cell(medians[3])} | {ratio(medians[2], medians[3])} |")
+    return "\n".join(lines)
 
 
 def trainer_args(snapshot: Path, data: Path, work: Path, *extra: str) -> list[str]:
@@ -135,37 +232,10 @@ def serve_once(final: Path, log: Path) -> dict:
     return run_phase("serve", [sys.executable, "-c", code], log)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--snapshot", type=Path, default=REPO / "playground/Pretrained_models/Cosmos-Predict2.5-2B-random",
-                        help="the full-size snapshot (written there when absent)")
-    parser.add_argument("--workdir", type=Path, default=None, help="runs, data and logs (default: a temporary folder)")
-    parser.add_argument("--min_available_gib", type=float, default=16.0,
-                        help="MemAvailable a heavy phase waits for (default 16)")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    parser.add_argument("--smoke", action="store_true",
-                        help="check this script in minutes: a test-size snapshot (python -m DiT4DiT.tools.full_size_cosmos "
-                             "--size test) instead of the full one")
-    args = parser.parse_args()
-    keys = SMOKE_KEYS if args.smoke else []
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="full_size_rehearsal_"))
-    work.mkdir(parents=True, exist_ok=True)
-    env = {"PYTHONPATH": str(REPO), "WANDB_MODE": "offline", "OMP_NUM_THREADS": str(os.cpu_count() or 1),
-           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+def rehearse(args, data: Path, work: Path, keys: list[str], env: dict, rows: list[dict]) -> None:
+    """The phases from the doctor to the server, and their table."""
     fake_a3 = {"PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_NPU_SMI_LAYOUT": "a3",
                "FAKE_NPU_SMI_IDLE": "1"}
-    rows = []
-    from DiT4DiT.pipeline_folder import pipeline_folder_problems
-
-    if pipeline_folder_problems(args.snapshot):
-        wait_for_memory(args.min_available_gib / 2, "snapshot")
-        size = ["--size", "test"] if args.smoke else []
-        rows.append(run_phase("snapshot", [sys.executable, "-m", "DiT4DiT.tools.full_size_cosmos", "--out",
-                                           str(args.snapshot), "--overwrite", *size], work / "snapshot.log", env))
-    data = work / "data"
-    if not data.is_dir():
-        subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_robotwin", "--out", str(data)], cwd=REPO,
-                       env={**os.environ, **env}, check=True, capture_output=True)
     job = ["--config_yaml", ROBOTWIN, "--base_model", str(args.snapshot), "--num_processes", "16"]
     # The doctor and the launcher check the job as configured; with --smoke its keys do not fit the small snapshot.
     rows.append(run_phase("doctor", [sys.executable, "-m", "DiT4DiT.doctor", *job], work / "doctor.log",
@@ -228,6 +298,71 @@ def main() -> None:
         if start is not None:
             print(f"{log.split('.')[0]}: " + "\n  ".join(line.strip() for line in text[start:start + 6]
                                                          if line.startswith((" ", marker, "PASS", "FAIL", "SKIP"))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--snapshot", type=Path, default=None,
+                        help="the full-size snapshot, written there when absent (default: " + str(FULL_SNAPSHOT) +
+                             "; with --smoke: <workdir>/snapshot_test)")
+    parser.add_argument("--workdir", type=Path, default=None, help="runs, data and logs (default: a temporary folder)")
+    parser.add_argument("--min_available_gib", type=float, default=16.0,
+                        help="MemAvailable a heavy phase waits for (default 16)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--smoke", action="store_true",
+                        help="check this script in minutes: a test-size snapshot (python -m DiT4DiT.tools.full_size_cosmos "
+                             "--size test) instead of the full one")
+    parser.add_argument("--original", type=Path, default=None,
+                        help="a checkout of the original DiT4DiT: also time its steps against ours (the compare phase)")
+    parser.add_argument("--original_python", default=sys.executable,
+                        help="the interpreter for the original's processes (an environment with what it imports)")
+    parser.add_argument("--rounds", type=int, default=3, help="compare: rounds of ours then the original's (default 3)")
+    parser.add_argument("--compare_only", action="store_true", help="with --original: only the compare phase")
+    args = parser.parse_args()
+    if args.compare_only and args.original is None:
+        parser.error("--compare_only needs --original PATH")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
+    if args.original is not None:
+        args.original = args.original.resolve()
+        run_original_check(args.original, args.original_python)
+    keys = SMOKE_KEYS if args.smoke else []
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="full_size_rehearsal_"))
+    work.mkdir(parents=True, exist_ok=True)
+    if args.snapshot is None:
+        args.snapshot = work / "snapshot_test" if args.smoke else FULL_SNAPSHOT
+    env = {"PYTHONPATH": str(REPO), "WANDB_MODE": "offline", "OMP_NUM_THREADS": str(os.cpu_count() or 1),
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    rows = []
+    from DiT4DiT.pipeline_folder import pipeline_folder_problems
+
+    if pipeline_folder_problems(args.snapshot):
+        wait_for_memory(args.min_available_gib / 2, "snapshot")
+        size = ["--size", "test"] if args.smoke else []
+        rows.append(run_phase("snapshot", [sys.executable, "-m", "DiT4DiT.tools.full_size_cosmos", "--out",
+                                           str(args.snapshot), "--overwrite", *size], work / "snapshot.log", env))
+    data = work / "data"
+    if not data.is_dir():
+        subprocess.run([sys.executable, "-m", "DiT4DiT.tools.tiny_robotwin", "--out", str(data)], cwd=REPO,
+                       env={**os.environ, **env}, check=True, capture_output=True)
+    if not args.compare_only:
+        rehearse(args, data, work, keys, env, rows)
+    if args.original is not None:
+        results = compare(args, args.snapshot, data, work, keys, env)
+        print(f"\nours against the original ({args.original}), batch 1, second of 2 steps, {os.cpu_count()} CPU cores, "
+              f"snapshot {args.snapshot}\n")
+        print(comparison_table(results))
+        for result in results:
+            if "steps" in result:
+                last = result["steps"][-1]
+                print(f"round {result['round']} {result['side']}: step 2 forward {last['forward_s']:.2f} s, backward "
+                      f"{last['backward_s']:.2f} s, AdamW {last['optimizer_s']:.2f} s; losses "
+                      + ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("loss"))
+                      + f"; {result['trainable_parameters']:,} trained parameters in {result['trainable_tensors']} "
+                        f"tensors (names {result['trainable_names_sha256'][:12]})")
+            else:
+                print(f"round {result['round']} {result['side']}: exit {result['exit']}, see {result['log']}")
+        print(head_agreement(results))
     print(f"logs: {work}")
     if not args.keep and args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
