@@ -116,7 +116,9 @@ def load_action_head(model, work: Path) -> None:
 def prepare(args, overrides: list[str]) -> None:
     sys.path.insert(0, str(REPO))
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-    from DiT4DiT.dataloader import build_vla_datasets
+    from DiT4DiT.config.sections import DatasetsVlaDataSection
+    from DiT4DiT.config.typed import section
+    from DiT4DiT.dataloader import build_vla_dataset
     from DiT4DiT.model.framework.base_framework import recorded_config
     from DiT4DiT.training.checkpoint import save_config
 
@@ -124,7 +126,8 @@ def prepare(args, overrides: list[str]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(recorded_config(cfg), out / "config.yaml")
-    train_set = build_vla_datasets(cfg, ("train",))["train"]
+    train_set = build_vla_dataset(section(cfg.datasets.vla_data, DatasetsVlaDataSection),
+                                  cfg.framework.action_model.future_action_window_size + 1, cfg.seed)
     batch = [train_set[i] for i in range(cfg.datasets.vla_data.per_device_batch_size)]
     with open(out / "batch.pkl", "wb") as f:
         pickle.dump(batch, f)
@@ -140,13 +143,14 @@ def build_ours(work: Path):
     from DiT4DiT.config.schema import load_config
     from DiT4DiT.config.sections import TrainerSection
     from DiT4DiT.config.typed import section
+    from DiT4DiT.model.framework import build_framework
     from DiT4DiT.training.train import build_optimizer, compose_loss
-    from DiT4DiT.training.trainer import build_model
+    from DiT4DiT.training.trainer import set_up_model
 
     cfg = load_config(work / "config.yaml")
-    model = build_model(cfg, None, deepspeed=False)
-    return (model, cfg, lambda: build_optimizer(model, section(cfg.trainer, TrainerSection)),
-            lambda losses: compose_loss(losses, cfg))
+    settings = section(cfg.trainer, TrainerSection)
+    model = set_up_model(build_framework(cfg), settings, None, deepspeed=False)
+    return (model, cfg, lambda: build_optimizer(model, settings), lambda losses: compose_loss(losses, settings.loss_scale))
 
 
 def ours(args) -> None:
