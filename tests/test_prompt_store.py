@@ -16,6 +16,7 @@ from DiT4DiT.model.freezing import freeze_modules
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.prompt_store import PromptStore, PromptStoreError
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
+from helpers.cli_runs import run_tree
 from helpers.training_runs import rendezvous_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,8 +166,8 @@ def launch_fill(store_dir: Path, out: Path, processes: int) -> list[dict]:
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                "DiT4DiT/config/deepseeds/cpu.yaml", "--num_processes", str(processes), *rendezvous_port(processes),
                str(ROOT / "tests" / "workers" / "fill_prompt_store.py"), str(store_dir), str(out)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    result = run_tree(command, cwd=ROOT, timeout=300,  # a timeout leaves no rank behind
+                      env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from DiT4DiT.launch.environment import omp_threads
-from helpers.cli_runs import free_port
+from helpers.cli_runs import free_port, run_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
@@ -57,10 +57,8 @@ def environment(processes: int = 1) -> dict:
 
 def train(pipeline, data, run_root, run_id, *overrides, processes=1) -> subprocess.CompletedProcess:
     """`accelerate launch` of the trainer, waited for; the result holds its exit code and output."""
-    return subprocess.run(
-        trainer_command(pipeline, data, run_root, run_id, *overrides, processes=processes),
-        cwd=ROOT, env=environment(processes), capture_output=True, text=True, timeout=900,
-    )
+    return run_tree(trainer_command(pipeline, data, run_root, run_id, *overrides, processes=processes),
+                    cwd=ROOT, env=environment(processes), timeout=900)
 
 
 # The interrupted-and-resumed runs (kill -9, SIGTERM) and the uninterrupted run they must end equal to: a state
