@@ -356,6 +356,21 @@ def test_relative_paths_are_the_callers_for_options_and_path_keys(tmp_path):
     assert f"log: {cwd}/r/dit4dit_tiny/train.log" in result.stdout
 
 
+def test_the_launcher_runs_its_own_checkout_whatever_the_callers_folder_holds(tmp_path):
+    """Called from inside another checkout (or beside an installed DiT4DiT), the script plans and runs the code of
+    the checkout it belongs to: that is the tree the NPU patch was applied to."""
+    other = tmp_path / "other_checkout"
+    (other / "DiT4DiT" / "launch").mkdir(parents=True)
+    (other / "DiT4DiT" / "__init__.py").write_text("")
+    (other / "DiT4DiT" / "launch" / "__init__.py").write_text("")
+    (other / "DiT4DiT" / "launch" / "__main__.py").write_text("import sys\nprint('the other checkout')\nsys.exit(3)\n")
+    result = subprocess.run(["bash", str(LAUNCHER), "--dry-run"], cwd=other, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHON": sys.executable, "PATH": host_path()})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "the other checkout" not in result.stdout
+    assert f"cd {ROOT}" in result.stdout or str(ROOT) in result.stdout
+
+
 def test_python_older_than_3_10_is_refused():
     from DiT4DiT.launch.host_kind import python_problem
 
