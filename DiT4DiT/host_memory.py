@@ -33,6 +33,15 @@ def frames_batch_bytes(data: DatasetsVlaDataSection, views: int) -> int:
     return data.per_device_batch_size * frames * 3 * data.image_size * data.image_size * views * 4
 
 
+def read_meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes ({} where there is none): what the node has, for the trainer's check and the doctor."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if line.split()[1:2] and line.split()[1].isdigit()}
+
+
 @dataclass(frozen=True)
 class HostNeed:
     processes: int

@@ -32,7 +32,7 @@ from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import npu_network
 from DiT4DiT.launch import host_kind, npu_topology, preflight
-from DiT4DiT.host_memory import HostNeed
+from DiT4DiT.host_memory import HostNeed, read_meminfo
 from DiT4DiT.memory_estimate import mixture_views
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
@@ -126,15 +126,6 @@ def run_probe(code: str) -> tuple[dict | list | None, str]:
         lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
         return None, lines[-1] if lines else f"exit code {result.returncode}"
     return json.loads(result.stdout.strip().splitlines()[-1]), ""
-
-
-def read_meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes ({} where there is none)."""
-    try:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-    except OSError:
-        return {}
-    return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if line.split()[1:2] and line.split()[1].isdigit()}
 
 
 def patcher_api(has_add: bool, builder: bool) -> str | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from DiT4DiT.launch.environment import Setting
 from DiT4DiT.launch.options import PROG
 from DiT4DiT.launch.plan import REPO, Plan, stall_kill_after
-from DiT4DiT.training.heartbeat import EXIT_STALLED, STATUS_FILE_VARIABLE
+from DiT4DiT.training.heartbeat import EXIT_STALLED, STATUS_FILE_VARIABLE, process_stat
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 BASH_ONLY = ("_", "SHLVL")  # what bash itself sets, not what the scripts export
@@ -101,20 +101,11 @@ def copy_output(pipe: int, log: Log) -> None:
     os.close(pipe)
 
 
-def _proc_stat(pid: str) -> tuple[int, str] | None:
-    """(parent pid, state letter) of a process, or None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[1]), fields[0]
-
-
 def stopped_children(parent: int) -> set[int]:
     """The children of `parent` that are stopped (state T)."""
     found = set()
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _proc_stat(entry)) and stat[0] == parent and stat[1] == "T":
+        if entry.isdigit() and (stat := process_stat(entry)) and stat[0] == parent and stat[1] == "T":
             found.add(int(entry))
     return found
 
@@ -123,7 +114,7 @@ def kill_stopped_ranks(train_pid: int, after_s: int, log: Log, status: Path, don
     """SIGKILL each rank (a child of accelerate's process, in which torchrun's agent runs) stopped for `after_s`."""
     since: dict[int, float] = {}
     while not done.wait(1):
-        own = _proc_stat(str(train_pid))
+        own = process_stat(train_pid)
         if own is None or own[1] == "T":  # ended, or the whole job stopped on purpose
             continue
         stopped = stopped_children(train_pid)

@@ -58,11 +58,18 @@ def stalled_rank_message(rank: int, host: str, seconds: float, step: int) -> str
             "without saving. Restart the job with --trainer.is_resume true to continue from the last saved state")
 
 
-def parent_of(pid: int) -> int | None:
+def process_stat(pid: int | str) -> tuple[int, str] | None:
+    """(parent pid, state letter) of a process from /proc/PID/stat; None when it is gone (or there is no /proc)."""
     try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):  # gone, or no /proc
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(fields[1]), fields[0]
+    except (OSError, IndexError, ValueError):
         return None
+
+
+def parent_of(pid: int) -> int | None:
+    stat = process_stat(pid)
+    return stat[0] if stat else None
 
 
 def exit_now(error: RankStalled) -> None:

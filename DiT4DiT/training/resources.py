@@ -18,7 +18,7 @@ import torch
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError
-from DiT4DiT.host_memory import HostNeed
+from DiT4DiT.host_memory import HostNeed, read_meminfo
 from DiT4DiT.memory_estimate import GIB, estimate_training_memory, mixture_views
 
 log = logging.getLogger(__name__)
@@ -28,16 +28,6 @@ class ResourceError(DiT4DiTError):
     """The run would need more memory than this machine has; no weights were loaded yet."""
 
     exit_code = 2
-
-
-def available_host_bytes() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def device_total_bytes(device: torch.device) -> int | None:
@@ -62,7 +52,7 @@ def check_resources(framework: FrameworkSection, trainer: TrainerSection, data: 
     training = int(estimate.total_gib * GIB) if estimate is not None and on_host else 0
     host = HostNeed.of(data, framework.cosmos25.torch_dtype, base_model, local_processes, views, training)
     problems, warnings = [], []
-    available = available_host_bytes()
+    available = read_meminfo().get("MemAvailable")
     if available is not None and host.total > available:
         problems.append(f"host memory: need ~{host.describe()} > {available / GIB:.1f} GiB available; lower "
                         "datasets.vla_data.num_workers, per_device_batch_size or image_size, or run fewer processes per node")
