@@ -6,6 +6,11 @@ broken; the model and data code import the same names, so the two never disagree
 
 from __future__ import annotations
 
+from pathlib import Path
+
+# The checkout holding this package: relative paths in a launch and the shipped configs are read from it.
+REPO = Path(__file__).resolve().parents[1]
+
 # The kinds of device the trainer, the launcher and the policy server run on.
 DEVICE_KINDS = ("npu", "cuda", "cpu")
 # The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.

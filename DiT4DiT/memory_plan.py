@@ -19,7 +19,6 @@ from pathlib import Path
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.memory_estimate import Estimate, estimate_training_memory
 
-REPO = Path(__file__).resolve().parents[1]
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
 HEADROOM = 0.9
 ZERO2_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"

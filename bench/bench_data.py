@@ -28,7 +28,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from DiT4DiT.config.schema import load_config
-from DiT4DiT.config.sections import DatasetsVlaDataSection
+from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader import build_vla_dataset, collate_fn
 from DiT4DiT.dataloader.video import frame_tolerance
@@ -98,7 +98,7 @@ def main() -> None:
             "framework.action_model.future_action_window_size=7",
         ])
         dataset = build_vla_dataset(section(cfg.datasets.vla_data, DatasetsVlaDataSection),
-                                    cfg.framework.action_model.future_action_window_size + 1, cfg.seed)
+                                    section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length, cfg.seed)
         example = dataset[0]
         assert len(example["image"]) == 8 and example["image"][0].shape == (3, 224, 672)
         assert example["action"].shape[0] == 8

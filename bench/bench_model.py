@@ -45,6 +45,7 @@ from DiT4DiT.model.modules import cosmos_backbone  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents  # noqa: E402
+from DiT4DiT.model.modules.host_to_device import model_batch  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
@@ -157,11 +158,11 @@ def peak_memory_mib(device: torch.device) -> float:
 
 @torch.no_grad()
 def feature_pass_seconds(model, examples, device: torch.device) -> float:
-    images, instructions = [e["image"] for e in examples], [e["lang"] for e in examples]
     synchronize(device)
     start = time.perf_counter()
+    batch = model_batch(examples, device, torch.float32, targets=False, state=False)  # timed, as in a step
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type != "cpu"):
-        model.backbone_interface(images, instructions, want_features=True, want_video_loss=False)
+        model.backbone_interface(batch.video, batch.instructions, want_features=True, want_video_loss=False)
     synchronize(device)
     return time.perf_counter() - start
 

@@ -441,7 +441,7 @@ def rope(device: torch.device, shape: tuple[int, int, int, int]) -> dict:
     the same device: max absolute error of the output and of the input's gradient, and both times."""
     from diffusers.models.embeddings import apply_rotary_emb
 
-    from DiT4DiT.model.modules.cosmos_attention import CosmosAttnProcessor, fused_rotary_mul
+    from DiT4DiT.model.modules.cosmos_backbone import CosmosAttnProcessor, fused_rotary_mul
 
     fused = fused_rotary_mul() if device.type == "npu" else None
     ours = CosmosAttnProcessor(fused)
@@ -498,11 +498,11 @@ def checksum(device: torch.device, full_size: bool) -> dict:
 def plan_environment() -> dict[str, str | None]:
     """What the launcher's plan exports on this host (scripts/train_8p.sh's environment): name -> value, None
     for a variable it unsets; the LD_LIBRARY_PATH prefix joined to the current value."""
-    from DiT4DiT.launch import options, plan as planning, supervise
+    from DiT4DiT.launch import options, plan as planning, run
 
     built = planning.build(options.parse(["--num_processes=2", "--dry-run"], REPO.parent), planning.Facts())
     settings = [setting for setting in built.env.settings.values() if setting.exported]
-    applied = supervise.apply(settings, dict(os.environ))
+    applied = run.apply(settings, dict(os.environ))
     return {setting.name: applied.get(setting.name) for setting in settings}
 
 

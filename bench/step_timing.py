@@ -116,7 +116,7 @@ def load_action_head(model, work: Path) -> None:
 def prepare(args, overrides: list[str]) -> None:
     sys.path.insert(0, str(REPO))
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-    from DiT4DiT.config.sections import DatasetsVlaDataSection
+    from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection
     from DiT4DiT.config.typed import section
     from DiT4DiT.dataloader import build_vla_dataset
     from DiT4DiT.model.framework.base_framework import recorded_config
@@ -127,7 +127,7 @@ def prepare(args, overrides: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     save_config(recorded_config(cfg), out / "config.yaml")
     train_set = build_vla_dataset(section(cfg.datasets.vla_data, DatasetsVlaDataSection),
-                                  cfg.framework.action_model.future_action_window_size + 1, cfg.seed)
+                                  section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length, cfg.seed)
     batch = [train_set[i] for i in range(cfg.datasets.vla_data.per_device_batch_size)]
     with open(out / "batch.pkl", "wb") as f:
         pickle.dump(batch, f)

@@ -17,5 +17,5 @@ PYTHON=${PYTHON:-$(command -v python || command -v python3 || echo python)}
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
 # This checkout's launcher, wherever it is called from: `python -m` would put the caller's folder first on
 # sys.path, and another checkout there (or a DiT4DiT installed elsewhere) would plan and run its own code.
-exec "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from DiT4DiT.launch.__main__ import main; sys.exit(main())' \
+exec "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from DiT4DiT.launch.run import main; sys.exit(main())' \
     "$REPO" "$@"

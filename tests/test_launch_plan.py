@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.launch import options, plan as planning, supervise
+from DiT4DiT.launch import options, plan as planning, run
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.preflight import PATCH_MARK
 
@@ -139,16 +139,16 @@ def test_torch_and_torch_npu_libraries_go_first_on_the_library_path(ascend, tmp_
     plan = make([], A3, env=ascend, libs=libs)
     assert env_of(plan)["LD_LIBRARY_PATH"] == f"{libs['torch']}:{libs['torch_npu']}"
     settings = list(plan.env.settings.values())
-    assert supervise.apply(settings, {"LD_LIBRARY_PATH": "/cann/lib64"})["LD_LIBRARY_PATH"] == \
+    assert run.apply(settings, {"LD_LIBRARY_PATH": "/cann/lib64"})["LD_LIBRARY_PATH"] == \
         f"{libs['torch']}:{libs['torch_npu']}:/cann/lib64"  # in front of what CANN's set_env.sh left
-    assert supervise.apply(settings, {})["LD_LIBRARY_PATH"] == f"{libs['torch']}:{libs['torch_npu']}"
+    assert run.apply(settings, {})["LD_LIBRARY_PATH"] == f"{libs['torch']}:{libs['torch_npu']}"
     assert f"LD_LIBRARY_PATH={libs['torch']}:{libs['torch_npu']}:$LD_LIBRARY_PATH" in planning.dry_run(plan)
 
 
 def test_zero_copy_is_off_unless_asked_for(ascend):
     one = make([], A3, env=ascend)
     assert env_of(one)["TORCH_HCCL_ZERO_COPY"] is None
-    assert "TORCH_HCCL_ZERO_COPY" not in supervise.apply(list(one.env.settings.values()), {"TORCH_HCCL_ZERO_COPY": "1"})
+    assert "TORCH_HCCL_ZERO_COPY" not in run.apply(list(one.env.settings.values()), {"TORCH_HCCL_ZERO_COPY": "1"})
     assert one.env.settings["TORCH_HCCL_ZERO_COPY"].source.startswith("off by default: a trial feature")
     two = {**ascend, "MASTER_ADDR": "10.0.0.1"}
     assert env_of(make(["--num_machines=2"], A3, env=two))["TORCH_HCCL_ZERO_COPY"] is None
@@ -160,7 +160,7 @@ def test_zero_copy_is_off_unless_asked_for(ascend):
     assert by_option.env.settings["TORCH_HCCL_ZERO_COPY"].source == "option --hccl_zero_copy=1"
     on_a2 = make([], A2, env={**ascend, "TORCH_HCCL_ZERO_COPY": "1"})
     assert env_of(on_a2)["TORCH_HCCL_ZERO_COPY"] is None  # unset
-    assert "TORCH_HCCL_ZERO_COPY" not in supervise.training_environment(on_a2)
+    assert "TORCH_HCCL_ZERO_COPY" not in run.training_environment(on_a2)
     assert "TORCH_HCCL_ZERO_COPY" not in env_of(make([], A2, env=ascend))
     forced = make(["--soc=a3", "--hccl_zero_copy=1"], Host("npu", 8, 8, "a3", "--soc"), env=ascend)
     assert env_of(forced)["TORCH_HCCL_ZERO_COPY"] == "1"
@@ -234,7 +234,7 @@ def test_npu_preflight_names_each_missing_piece(tmp_path):
 def test_the_trainer_gets_cann_and_then_what_the_dry_run_shows(ascend):
     plan = make(["--max_train_steps=5"], A3, env={**ascend, "MASTER_ADDR": "10.0.0.1", "NNODES": "2",
                                                   "PYTHONPATH": "/repo", "HCCL_IF_IP": "10.9.9.9"})
-    env = supervise.training_environment(plan)
+    env = run.training_environment(plan)
     assert plan.cann_scripts == [ascend["CANN_SET_ENV"]] and env["ASCEND_HOME_PATH"] == "/x"  # sourced
     assert (env["HCCL_SOCKET_IFNAME"], env["HCCL_EXEC_TIMEOUT"], env["HCCL_IF_IP"]) == ("=eth7", "540", "10.0.0.5")
     assert env["PYTHONPATH"] == "/repo" and env["MASTER_ADDR"] == "10.0.0.1"  # the launcher's own, kept

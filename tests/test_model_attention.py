@@ -15,7 +15,7 @@ import pytest
 import torch
 from diffusers.models.embeddings import apply_rotary_emb
 
-from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.model.modules.cosmos_backbone import use_our_attention
 from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.tools.tiny_cosmos import LATENT_CHANNELS, TRANSFORMER_LAYERS, build_transformer
 
@@ -77,7 +77,7 @@ def test_fake_rotary_mul_has_the_rope_layout_diffusers_uses():
 
 PROBE = """
 import torch, torch_npu
-from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.model.modules.cosmos_backbone import use_our_attention
 from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.tools.tiny_cosmos import build_transformer
 model = build_transformer()
@@ -106,7 +106,7 @@ BINDING_PROBE = """
 import torch, torch_npu
 import torch_npu.onnx  # replaces the attribute torch_npu.npu_rotary_mul with a forward-only Function
 from diffusers.models.embeddings import apply_rotary_emb
-from DiT4DiT.model.modules.cosmos_attention import fused_rotary_mul, use_our_attention
+from DiT4DiT.model.modules.cosmos_backbone import fused_rotary_mul, use_our_attention
 from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.tools.tiny_cosmos import build_transformer
 

@@ -9,8 +9,15 @@ from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules
 from DiT4DiT.model.modules.cosmos_backbone import latent_frame_count, unused_parameters_expected, wasted_frames_message
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
+from DiT4DiT.model.modules.host_to_device import model_batch
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.tools.tiny_cosmos import calibration_clips
+
+
+def clip_and_instructions(model, examples) -> tuple[torch.Tensor, list[str]]:
+    """What the framework hands the backbone: the examples' frames on the model's device, and their instructions."""
+    batch = model_batch(examples, model.backbone_interface.device, torch.float32, targets=False, state=False)
+    return batch.video, batch.instructions
 
 
 @pytest.mark.parametrize("views", [1, 3])
@@ -18,8 +25,7 @@ def test_feature_and_loss_shapes(tiny_model_cfg, tiny_examples, views):
     cfg = tiny_model_cfg()
     model = build_framework(cfg)
     examples = tiny_examples(cfg, batch=2, views=views)
-    images = [e["image"] for e in examples]
-    out = model.backbone_interface(images, [e["lang"] for e in examples], want_features=True, want_video_loss=True)
+    out = model.backbone_interface(*clip_and_instructions(model, examples), want_features=True, want_video_loss=True)
     # 5 frames -> 2 latent frames; 32 x (32*views) pixels -> 2 x (2*views) tokens after VAE /8 and patch /2.
     assert out.features.shape == (2, 2 * 2 * 2 * views, 32)
     assert not out.features.requires_grad
@@ -47,7 +53,7 @@ def test_hook_keeps_feature_pass_output(tiny_model_cfg, tiny_examples):
         lambda module, args, output: seen.append(output.detach().clone())
     )
     examples = tiny_examples(cfg)
-    out = model.backbone_interface([e["image"] for e in examples], [e["lang"] for e in examples], True, True)
+    out = model.backbone_interface(*clip_and_instructions(model, examples), True, True)
     assert len(seen) == 2
     torch.testing.assert_close(out.features, seen[0])
     assert not torch.allclose(out.features, seen[1])
@@ -144,13 +150,13 @@ def test_early_exit_gives_the_full_pass_features_and_losses(tiny_model_cfg, tiny
     last_block_calls = []
     extractor.transformer.transformer_blocks[-1].register_forward_hook(lambda *args: last_block_calls.append(1))
     examples = tiny_examples(cfg)
-    images, instructions = [e["image"] for e in examples], [e["lang"] for e in examples]
+    video, instructions = clip_and_instructions(model, examples)
 
     def run(early_exit: bool, want_video_loss: bool):
         extractor.early_exit = early_exit
         last_block_calls.clear()
         torch.manual_seed(3)
-        out = model.backbone_interface(images, instructions, want_features=True, want_video_loss=want_video_loss)
+        out = model.backbone_interface(video, instructions, want_features=True, want_video_loss=want_video_loss)
         return out, len(last_block_calls)
 
     (full, full_calls), (early, early_calls) = run(False, False), run(True, False)

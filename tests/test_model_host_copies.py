@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules
-from DiT4DiT.model.modules.host_to_device import action_batch
+from DiT4DiT.model.modules.host_to_device import model_batch
 
 
 class HostToDeviceCopies(TorchDispatchMode):
@@ -77,16 +77,29 @@ def test_latent_statistics_move_with_the_model_and_survive_a_bf16_cast(tiny_mode
     assert extractor.to("meta").latents_mean.device.type == "meta"
 
 
-def test_the_action_batch_holds_each_field_stacked_in_the_heads_dtype():
+def test_the_model_batch_holds_each_field_stacked_in_its_dtype():
     rng = np.random.default_rng(0)
-    examples = [{"action": rng.standard_normal((4, 3)), "action_mask": rng.integers(0, 2, (4, 3)),
-                 "state": rng.standard_normal((1, 2)).astype(np.float32)} for _ in range(3)]
-    batch = action_batch(examples, torch.device("cpu"), torch.bfloat16, targets=True, state=True)
+    examples = [{"image": [rng.integers(0, 256, (8, 10, 3), dtype=np.uint8) for _ in range(2)], "lang": f"task {i}",
+                 "action": rng.standard_normal((4, 3)), "action_mask": rng.integers(0, 2, (4, 3)),
+                 "state": rng.standard_normal((1, 2)).astype(np.float32)} for i in range(3)]
+    batch = model_batch(examples, torch.device("cpu"), torch.bfloat16, targets=True, state=True)
     # What the model computed before: np.stack, then a conversion of the whole stack.
     for key, tensor, dtype in (("action", batch.actions, torch.bfloat16), ("action_mask", batch.mask, torch.bool),
                                ("state", batch.state, torch.bfloat16)):
         expected = torch.as_tensor(np.stack([example[key] for example in examples])).to(dtype)
         assert tensor.dtype == dtype and torch.equal(tensor, expected)
-    predicting = action_batch([{"action": e["action"]} for e in examples], torch.device("cpu"), torch.float32,
-                              targets=False, state=False)
+    # Frames: HWC bytes become (B, T, 3, H, W) floats in [0, 1].
+    frames = torch.as_tensor(np.stack([np.stack(example["image"]) for example in examples])).permute(0, 1, 4, 2, 3)
+    assert torch.equal(batch.video, frames.float() / 255.0)
+    assert batch.instructions == ["task 0", "task 1", "task 2"]
+    predicting = model_batch(examples, torch.device("cpu"), torch.float32, targets=False, state=False,
+                             current_frame_only=True)
     assert (predicting.actions, predicting.mask, predicting.state) == (None, None, None)
+    assert torch.equal(predicting.video, batch.video[:, :1])
+
+
+def test_frames_of_different_shapes_are_refused_with_both_shapes():
+    frame = np.zeros((8, 10, 3), dtype=np.uint8)
+    examples = [{"image": [frame, frame], "lang": "a"}, {"image": [frame], "lang": "b"}]
+    with pytest.raises(ValueError, match=r"sample 1 has frames \(1, 3, 8, 10\).*sample 0 has \(2, 3, 8, 10\)"):
+        model_batch(examples, torch.device("cpu"), torch.float32, targets=False, state=False)

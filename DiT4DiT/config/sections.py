@@ -120,6 +120,11 @@ class FrameworkActionModelSection:
     diffusion_model_cfg: FrameworkActionModelDiffusionModelCfgSection = field(
         default_factory=FrameworkActionModelDiffusionModelCfgSection)
 
+    @property
+    def chunk_length(self) -> int:
+        """Steps in the action chunk the data yields and the head is trained on."""
+        return self.future_action_window_size + 1
+
 
 @dataclass(frozen=True)
 class FrameworkSection:

@@ -13,6 +13,8 @@ from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
+from DiT4DiT.config.sections import FrameworkActionModelSection
+from DiT4DiT.config.typed import section
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, latent_frame_count, num_output_frames
 from DiT4DiT.pipeline_shape import read_pipeline_shape
 
@@ -30,7 +32,7 @@ def has_action_head(cfg: DictConfig) -> bool:
 
 def action_chunk(cfg: DictConfig) -> int | None:
     """The steps of the action chunk the head predicts; None without an action head."""
-    return cfg.framework.action_model.future_action_window_size + 1 if has_action_head(cfg) else None
+    return section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length if has_action_head(cfg) else None
 
 
 def check_action_dims(cfg: DictConfig) -> None:
@@ -67,9 +69,10 @@ def check_rules(cfg: DictConfig) -> None:
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
     if has_action_head(cfg):
         check_action_dims(cfg)
-        _require(head.action_horizon == head.future_action_window_size + 1,
+        chunk = action_chunk(cfg)
+        _require(head.action_horizon == chunk,
                  f"framework.action_model.action_horizon ({head.action_horizon}) must equal "
-                 f"future_action_window_size + 1 ({head.future_action_window_size + 1}): the eval compares "
+                 f"future_action_window_size + 1 ({chunk}): the eval compares "
                  "predicted chunks with data chunks of that length")
         dit = head.diffusion_model_cfg
         _require(dit.cross_attention_dim == cosmos.vl_hidden_dim,

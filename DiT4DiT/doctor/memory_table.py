@@ -18,7 +18,8 @@ PROG = "python -m DiT4DiT.doctor.memory_table"
 
 
 def table(argv: list[str]) -> int:
-    from DiT4DiT.memory_plan import ORIGINAL_CONFIGS, REPO, fits_table
+    from DiT4DiT.facts import REPO
+    from DiT4DiT.memory_plan import ORIGINAL_CONFIGS, fits_table
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[2])
     parser.add_argument("--processes", type=int, default=16, help="processes of the job (default 16)")

@@ -2,7 +2,7 @@
 
 `build()` takes the parsed options and the machine's facts (`Facts`: environment, host detection, routes,
 interfaces, package folders, cores), so every decision can be tested in-process with made-up machines.
-`dry_run()` renders the plan for people; DiT4DiT/launch/supervise.py runs it.
+`dry_run()` renders the plan for people; DiT4DiT/launch/run.py runs it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from DiT4DiT.facts import DETERMINISTIC_ENV
+from DiT4DiT.facts import DETERMINISTIC_ENV, REPO
 from DiT4DiT.launch import environment, host_kind, network, npu_topology, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
-REPO = Path(__file__).resolve().parents[2]
 TRAIN_ENTRY = "DiT4DiT/training/train.py"
 DEFAULTS = {  # host kind -> (trainer config, accelerate config)
     "cpu": ("DiT4DiT/config/tiny/dit4dit_tiny.yaml", "DiT4DiT/config/deepseeds/cpu.yaml"),
@@ -97,6 +96,14 @@ class Plan:
     @property
     def machines(self) -> int:
         return int(self.shown["num_machines"][0])
+
+    def stall_kill_after(self) -> int:
+        """Seconds after which the launcher SIGKILLs a rank of its node that is still stopped (0: never): after the
+        healthy ranks have named it (they kill a stalled rank of their own node), for a rank alone on its node."""
+        from DiT4DiT.training.heartbeat import named_within
+
+        timeout = float(self.config[values.STALL_TIMEOUT_KEY].value)
+        return 0 if timeout <= 0 or self.per_node * self.machines < 2 else math.ceil(named_within(timeout)) + 5
 
 
 def _node_values(opts: Options, env: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -340,18 +347,9 @@ def dry_run(plan: Plan) -> str:
     lines.append(f"command (in {REPO}):")
     lines.append("  " + shlex.join(plan.command))
     lines.append(f"log: {plan.log}")
-    if kill_after := stall_kill_after(plan):
+    if kill_after := plan.stall_kill_after():
         lines.append(f"stall kill: SIGKILL to a rank process of this node stopped for {kill_after} s "
                      "(trainer.stall_timeout_s and the heartbeat's look)")
     if plan.memory:
         lines.append("memory: " + "\n  ".join(plan.memory))
     return "\n".join(lines)
-
-
-def stall_kill_after(plan: Plan) -> int:
-    """Seconds after which the launcher SIGKILLs a rank of its node that is still stopped (0: never): after the
-    healthy ranks have named it (they kill a stalled rank of their own node), for a rank alone on its node."""
-    from DiT4DiT.training.heartbeat import named_within
-
-    timeout = float(plan.config[values.STALL_TIMEOUT_KEY].value)
-    return 0 if timeout <= 0 or plan.per_node * plan.machines < 2 else math.ceil(named_within(timeout)) + 5

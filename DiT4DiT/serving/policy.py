@@ -68,7 +68,7 @@ class PolicyShape:
            views: str = "side_by_side") -> "PolicyShape":
         head = framework.action_model
         frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
-        return cls(data.image_size, head.state_dim, head.future_action_window_size + 1, head.action_dim, max_batch,
+        return cls(data.image_size, head.state_dim, head.chunk_length, head.action_dim, max_batch,
                    camera_count(data.data_mix, data.data_config), frames,
                    CHARS_PER_TOKEN * framework.cosmos25.max_sequence_length, views)
 

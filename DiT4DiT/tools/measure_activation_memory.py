@@ -39,7 +39,7 @@ from torch.utils._pytree import tree_leaves
 from DiT4DiT.errors import run_main
 from DiT4DiT.facts import PATCH_SIZE
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
-from DiT4DiT.model.modules.cosmos_attention import use_our_attention
+from DiT4DiT.model.modules.cosmos_backbone import use_our_attention
 from DiT4DiT.tools.synthetic_inputs import transformer_inputs
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 

@@ -87,7 +87,7 @@ def exit_now(error: RankStalled) -> None:
     os._exit(error.exit_code)
 
 
-STATUS_FILE_VARIABLE = "DIT4DIT_STATUS_FILE"  # set by the launcher (launch/supervise.py): its status when accelerate says 1
+STATUS_FILE_VARIABLE = "DIT4DIT_STATUS_FILE"  # set by the launcher (launch/run.py): its status when accelerate says 1
 
 
 def record_exit_status(code: int) -> None:

@@ -70,13 +70,6 @@ class MetricsFileError(DiT4DiTError):
     exit_code = 2
 
 
-def as_device_scalar(value, device: torch.device) -> torch.Tensor:
-    """A grad norm as a device scalar, without a host read (DeepSpeed may give a float, or None before a step)."""
-    if torch.is_tensor(value):
-        return value.detach()
-    return torch.tensor(float("nan") if value is None else float(value), device=device)
-
-
 class DeviceWindow:
     """Every rank's per-step values over a logging window, summed on the device: nothing is read in between.
 

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 if not __package__:  # run as a script (accelerate launch, python): a missing package is one line, not a traceback
     sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the checkout holding this file provides DiT4DiT
@@ -35,9 +36,7 @@ from DiT4DiT.config.typed import section
 from DiT4DiT.errors import DiT4DiTError, TrainingError, run_main
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.training import run_dir as run_dirs
-from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.input_checks import validate_training_config
-from DiT4DiT.training.metrics import as_device_scalar
 from DiT4DiT.training.optim import build_param_groups
 from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchOrder
@@ -75,6 +74,38 @@ def compose_loss(losses: dict[str, torch.Tensor], loss_scale: TrainerLossScaleSe
     return total
 
 
+class NonFiniteGuard:
+    """A bad micro-batch never reaches the weights, at one host wait per optimizer step: each micro-batch's finite
+    flag stays on the device; before the backward of the step's last micro-batch (the one that updates the
+    weights: DeepSpeed steps inside that backward) all ranks' flags are gathered and read once."""
+
+    def __init__(self):
+        self.flags: list[torch.Tensor] = []
+        self.losses: list[dict[str, torch.Tensor]] = []
+
+    def watch(self, losses: dict[str, torch.Tensor], total: torch.Tensor) -> None:
+        """Record one micro-batch (no host read)."""
+        self.flags.append(torch.isfinite(total.detach()).reshape(()))
+        self.losses.append({name: value.detach() for name, value in losses.items()})
+
+    def first_non_finite(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> tuple[int, dict[str, float]] | None:
+        """Collective over ranks: None when every micro-batch so far was finite on every rank, else the first bad
+        micro-batch's index and this rank's loss values for it. Clears the recorded micro-batches."""
+        flags = gather(torch.stack(self.flags).reshape(1, -1)).reshape(-1, len(self.flags)).all(dim=0).cpu()
+        losses, self.flags, self.losses = self.losses, [], []
+        if bool(flags.all()):
+            return None
+        micro = int((~flags).nonzero()[0])
+        return micro, {name: float(value) for name, value in losses[micro].items()}
+
+
+def grad_norm_scalar(value, device: torch.device) -> torch.Tensor:
+    """The grad norm as a device scalar, without a host read (DeepSpeed may give a float, or None before a step)."""
+    if torch.is_tensor(value):
+        return value.detach()
+    return torch.tensor(float("nan") if value is None else float(value), device=device)
+
+
 def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                scheduler, accelerator: Accelerator, settings: TrainerSection,
                batch_order: ResumableBatchOrder) -> dict[str, torch.Tensor]:
@@ -106,7 +137,7 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
                     grad_norm = model.get_global_grad_norm()  # DeepSpeed clips inside backward
                 else:
                     grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.gradient_clipping)
-                metrics["grad_norm"] = as_device_scalar(grad_norm, accelerator.device)
+                metrics["grad_norm"] = grad_norm_scalar(grad_norm, accelerator.device)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)

@@ -123,7 +123,7 @@ class Trainer:
         # from one pass; one process per node indexes while the others wait, then read its cache.
         set_seed(cfg.seed)
         with accelerator.local_main_process_first():
-            datasets = build_vla_datasets(data_cfg, typed.framework.action_model.future_action_window_size + 1, cfg.seed,
+            datasets = build_vla_datasets(data_cfg, typed.framework.action_model.chunk_length, cfg.seed,
                                           ("train", "eval") if has_action_head(cfg) else ("train",))
         self.train_set, self.eval_set = datasets["train"], datasets.get("eval")
         self.batch_order = ResumableBatchOrder(len(self.train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)

@@ -48,7 +48,7 @@ def plan(*args: str, layout: str | None = None, env: dict | None = None) -> subp
     The script exports PYTHONPATH=<repository>:$PYTHONPATH before planning (a fake torch_npu in it is found).
     """
     from DiT4DiT.errors import run_main
-    from DiT4DiT.launch.__main__ import PROG, prepare
+    from DiT4DiT.launch.run import PROG, prepare
 
     def planned(argv: list[str]) -> int:
         decided = prepare(argv)

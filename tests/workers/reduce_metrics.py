@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from DiT4DiT.training.finite_guard import NonFiniteGuard
 from DiT4DiT.training.metrics import DeviceWindow
+from DiT4DiT.training.train import NonFiniteGuard
 
 
 def rank_loss(rank: int, step: int) -> float:

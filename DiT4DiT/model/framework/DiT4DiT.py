@@ -23,7 +23,7 @@ from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
-from DiT4DiT.model.modules.host_to_device import ActionBatch, action_batch
+from DiT4DiT.model.modules.host_to_device import ModelBatch, model_batch
 from DiT4DiT.model.modules.prompt_store import Ranks
 
 
@@ -40,13 +40,12 @@ class DiT4DiT(nn.Module):
         self.config = config
         self.norm_stats = None
         self.repeated_diffusion_steps = config.trainer.repeated_diffusion_steps
-        action_cfg = config.framework.action_model
-        self.chunk_len = action_cfg.future_action_window_size + 1
+        action_cfg = section(config.framework.action_model, FrameworkActionModelSection)
+        self.chunk_len = action_cfg.chunk_length
         self.autocast_enabled = autocast_enabled(config.trainer.mixed_precision)
         checkpointing = config.trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = (build_action_head(section(action_cfg, FrameworkActionModelSection), config.framework.cosmos25.vl_hidden_dim,
-                                 checkpointing)
+        head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
                 if has_action_head(config) else None)
         vla = config.datasets.vla_data
         self.backbone_interface = CosmosBackboneInterface(
@@ -66,11 +65,17 @@ class DiT4DiT(nn.Module):
         release = not self.config.trainer.save_full_state_dict
         return self.backbone_interface.extractor.prepare_prompts(instructions, ranks, release_encoder=release)
 
-    def _action_batch(self, examples: list[dict], device: torch.device, *, targets: bool) -> ActionBatch:
-        """The examples' actions and mask (`targets`, for training) and state, on `device`: the one conversion."""
-        state = "state" in examples[0] and self.action_model.state_encoder is not None
-        batch = action_batch(examples, device, self.action_model.dtype, targets=targets, state=state)
-        if targets and batch.actions.shape[1] != self.chunk_len:
+    def _model_batch(self, examples: list[dict], *, targets: bool) -> ModelBatch:
+        """The examples on the model's device, the one conversion: frames (all of them for training, the current
+        one when predicting) and instructions, actions and mask (`targets`, for training) and state."""
+        head = self.action_model
+        batch = model_batch(
+            examples, self.backbone_interface.device, head.dtype if head is not None else torch.float32,
+            targets=targets and head is not None,
+            state=head is not None and head.state_encoder is not None and "state" in examples[0],
+            current_frame_only=not targets,  # only the current observation conditions a predicted action
+        )
+        if batch.actions is not None and batch.actions.shape[1] != self.chunk_len:
             raise ConfigError(
                 f"examples carry {batch.actions.shape[1]} action steps but the model expects "
                 f"framework.action_model.future_action_window_size + 1 = {self.chunk_len}; make the data's action "
@@ -78,7 +83,7 @@ class DiT4DiT(nn.Module):
             )
         return batch
 
-    def _action_loss(self, features: torch.Tensor, batch: ActionBatch) -> torch.Tensor:
+    def _action_loss(self, features: torch.Tensor, batch: ModelBatch) -> torch.Tensor:
         repeats = self.repeated_diffusion_steps
         return self.action_model(
             features.to(self.action_model.dtype).repeat(repeats, 1, 1),
@@ -89,18 +94,16 @@ class DiT4DiT(nn.Module):
 
     def forward(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         """Training losses: action_loss (unless training=video) and future_video_loss (when computed)."""
-        images = [example["image"] for example in examples]
-        instructions = [example["lang"] for example in examples]
+        batch = self._model_batch(examples, targets=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(
-                images,
-                instructions,
+                batch.video,
+                batch.instructions,
                 want_features=self.action_model is not None,
                 want_video_loss=self.training_mode != "action",
             )
         losses = {}
         if self.action_model is not None:
-            batch = self._action_batch(examples, backbone.features.device, targets=True)
             with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
                 losses["action_loss"] = self._action_loss(backbone.features, batch)
         if backbone.future_video_loss is not None:
@@ -121,13 +124,10 @@ class DiT4DiT(nn.Module):
         if self.action_model is None:
             raise RuntimeError("framework.cosmos25.training=video builds no action head, so it cannot predict actions")
         examples = [examples] if isinstance(examples, dict) else list(examples)
-        # Only the current observation conditions the action; future frames would only feed the video loss.
-        images = [ex["image"][0] if isinstance(ex["image"], (list, tuple)) else ex["image"] for ex in examples]
-        instructions = [example["lang"] for example in examples]
+        batch = self._model_batch(examples, targets=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
-            backbone = self.backbone_interface(images, instructions, want_features=True, want_video_loss=False,
-                                               generators=generators)
-        batch = self._action_batch(examples, backbone.features.device, targets=False)
+            backbone = self.backbone_interface(batch.video, batch.instructions, want_features=True,
+                                               want_video_loss=False, generators=generators)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             features = backbone.features.to(self.action_model.dtype)
             actions = self.action_model.predict_action(features, batch.state, generators)

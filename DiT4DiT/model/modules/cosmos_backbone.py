@@ -3,6 +3,18 @@
 One transformer step on [conditioning-frame latent, noise] gives the features of block `extract_layer`
 (captured by a forward hook, detached; the pass stops there) that the action head attends to; a second,
 flow-matching pass over the future frames' latents gives the video loss that trains the transformer.
+
+The transformer's attention runs our processor (the end of this file), set through diffusers' processor API.
+
+It computes what diffusers' CosmosAttnProcessor2_0 computes, with two differences that matter on an NPU:
+- diffusers repeats K and V along dim 3 by head_dim(q) // head_dim(k/v) (its GQA step); in Cosmos the heads match,
+  so the repeat is a copy of K and V by 1. torch_npu requires repeat_interleave outputs under 2**22 elements and
+  the robotwin shape makes 9.6 M: we skip it when the factor is 1 and keep diffusers' repeat otherwise.
+- RoPE (rotate-half layout, diffusers' use_real_unbind_dim=-2) runs as the operator torch.ops.npu.npu_rotary_mul
+  on NPU tensors where torch_npu is loaded: one fused kernel instead of several float32 element-wise ones.
+  Elsewhere it is diffusers' apply_rotary_emb. Both compute in float32, as diffusers does. The operator, not the
+  attribute torch_npu.npu_rotary_mul: importing torch_npu.onnx replaces that attribute with an autograd.Function
+  that has no backward; the operator carries its derivative (op-plugin derivatives.yaml).
 """
 
 from __future__ import annotations
@@ -10,13 +22,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.attention_processor import Attention
+from diffusers.models.embeddings import apply_rotary_emb
+from diffusers.models.transformers.transformer_cosmos import CosmosAttnProcessor2_0
 from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
@@ -25,10 +42,9 @@ from DiT4DiT.config.sections import FrameworkCosmos25Section
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
-from DiT4DiT.model.modules.cosmos_attention import use_our_attention
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
 from DiT4DiT.pipeline_shape import read_pipeline_shape
-from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
+from DiT4DiT.model.modules.host_to_device import to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
 
@@ -89,28 +105,6 @@ def sample_flow_time(
         high = torch.rand(batch, device=device) < high_sigma_ratio
         t = torch.where(high, high_sigma_min + (1.0 - high_sigma_min) * torch.rand(batch, device=device), t)
     return t
-
-
-def frame_to_tensor(frame) -> torch.Tensor:
-    """A frame (torch CHW/HWC, numpy HWC, or PIL) as a float (3, H, W) tensor in [0, 1]."""
-    if hasattr(frame, "convert"):  # PIL image
-        frame = np.asarray(frame.convert("RGB"))
-    tensor = torch.as_tensor(frame)
-    if tensor.ndim == 2:
-        tensor = tensor.unsqueeze(0)
-    elif tensor.shape[0] not in (1, 3, 4) and tensor.shape[-1] in (1, 3, 4):
-        tensor = tensor.permute(2, 0, 1)
-    if tensor.ndim != 3 or tensor.shape[0] not in (1, 3, 4):
-        raise ValueError(f"an image frame must be (3, H, W) or (H, W, 3); got shape {tuple(tensor.shape)}")
-    if tensor.shape[0] == 4:  # RGBA
-        tensor = tensor[:3]
-    elif tensor.shape[0] == 1:  # grayscale
-        tensor = tensor.expand(3, -1, -1)
-    is_bytes = tensor.dtype == torch.uint8
-    tensor = tensor.float()
-    if is_bytes or tensor.max() > 1.0:
-        tensor = tensor / 255.0
-    return tensor
 
 
 class CosmosFeatureExtractor(nn.Module):
@@ -406,7 +400,7 @@ class CosmosFeatureExtractor(nn.Module):
 
 
 class CosmosBackboneInterface(nn.Module):
-    """Loads the pipeline that `framework.cosmos25` names and turns example frames into the extractor's inputs.
+    """Loads the pipeline that `framework.cosmos25` names and splits a batch's clip into the extractor's inputs.
 
     `num_frames_out` (frames per sample, from the data section), `prompt_store_dir` (where the store lives) and
     `gradient_checkpointing` (trainer.enable_gradient_checkpointing) are the values it needs from outside its
@@ -447,17 +441,13 @@ class CosmosBackboneInterface(nn.Module):
             gradient_checkpointing=gradient_checkpointing,
         )
 
-    def _stack_frames(self, images: list, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-        samples = []
-        for index, frames in enumerate(images):
-            frames = frames if isinstance(frames, (list, tuple)) else [frames]
-            samples.append(torch.stack([frame_to_tensor(f) for f in frames]))
-            if samples[-1].shape != samples[0].shape:
-                raise ValueError(
-                    f"sample {index} has frames {tuple(samples[-1].shape)} (T, C, H, W) but sample 0 has "
-                    f"{tuple(samples[0].shape)}; every sample in a batch needs the same frame count and size"
-                )
-        video = stack_to_device(samples, device)
+    @property
+    def device(self) -> torch.device:
+        """Where the model's inputs go: the transformer's device."""
+        return next(self.extractor.transformer.parameters()).device
+
+    def _split_frames(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(conditioning frames, future frames or None) of a (B, T, 3, H, W) clip."""
         num_frames = video.shape[1]
         # datasets.vla_data.views=as_frames puts each camera's frames after the previous one's: a whole multiple.
         if num_frames > 1 and num_frames % self.num_frames_out:
@@ -469,13 +459,12 @@ class CosmosBackboneInterface(nn.Module):
         return video[:, 0], (video[:, 1:] if num_frames > 1 else None)
 
     def forward(
-        self, images: list, instructions: list[str], want_features: bool, want_video_loss: bool,
+        self, video: torch.Tensor, instructions: list[str], want_features: bool, want_video_loss: bool,
         generators: list[torch.Generator] | None = None,
     ) -> BackboneOutput:
-        """images[b] = frames of sample b (frame 0 conditions); instructions[b] = its language instruction;
-        generators[b], when given, draws sample b's noise."""
-        device = next(self.extractor.transformer.parameters()).device
-        cond_frames, future_frames = self._stack_frames(images, device)
+        """video (B, T, 3, H, W) in [0, 1] on the model's device (frame 0 conditions); instructions[b] = sample b's
+        language instruction; generators[b], when given, draws sample b's noise."""
+        cond_frames, future_frames = self._split_frames(video)
         return self.extractor(
             list(instructions),
             cond_frames,
@@ -485,3 +474,64 @@ class CosmosBackboneInterface(nn.Module):
             want_video_loss=want_video_loss,
             generators=generators,
         )
+
+
+def _repeat_kv(kv: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """diffusers' K/V repeat, skipped when it would repeat by 1 (a copy that changes nothing)."""
+    factor = query.size(3) // kv.size(3)
+    return kv if factor == 1 else kv.repeat_interleave(factor, dim=3)
+
+
+class CosmosAttnProcessor:
+    """CosmosAttnProcessor2_0's math without the no-op K/V repeat, with fused RoPE when `rotary_mul` is given."""
+
+    def __init__(self, rotary_mul: Callable | None = None):
+        self.rotary_mul = rotary_mul  # torch.ops.npu.npu_rotary_mul(x, cos, sin): x*cos + rotate_half(x)*sin
+
+    def _rope(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        if self.rotary_mul is None or x.device.type == "cpu":  # torch_npu's kernels run on NPU tensors only
+            return apply_rotary_emb(x, cos_sin, use_real=True, use_real_unbind_dim=-2)
+        cos, sin = (t[None, None].to(x.device) for t in cos_sin)  # (S, D) -> (1, 1, S, D), as diffusers broadcasts
+        return self.rotary_mul(x.float(), cos, sin).to(x.dtype)
+
+    def __call__(
+        self,
+        attn: Attention,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        image_rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+        # (B, S, heads * head_dim) -> (B, heads, S, head_dim)
+        query = attn.to_q(hidden_states).unflatten(2, (attn.heads, -1)).transpose(1, 2)
+        key = attn.to_k(context).unflatten(2, (attn.heads, -1)).transpose(1, 2)
+        value = attn.to_v(context).unflatten(2, (attn.heads, -1)).transpose(1, 2)
+        query, key = attn.norm_q(query), attn.norm_k(key)
+        if image_rotary_emb is not None:
+            query, key = self._rope(query, image_rotary_emb), self._rope(key, image_rotary_emb)
+        key, value = _repeat_kv(key, query), _repeat_kv(value, query)
+        out = dispatch_attention_fn(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                    attn_mask=attention_mask, dropout_p=0.0, is_causal=False)
+        out = out.flatten(2, 3).type_as(query)
+        return attn.to_out[1](attn.to_out[0](out))
+
+
+def fused_rotary_mul() -> Callable | None:
+    """torch_npu's fused RoPE as the operator with its derivative, or None where torch_npu is not loaded (the NPU
+    patch or serving's device seam loads it, never this module)."""
+    if "torch_npu" not in sys.modules:
+        return None
+    return getattr(torch.ops.npu, "npu_rotary_mul", None)
+
+
+def use_our_attention(transformer: torch.nn.Module) -> int:
+    """Give every attention module of `transformer` that runs diffusers' CosmosAttnProcessor2_0 our processor
+    (Attention.set_processor); the image-context CosmosAttention keeps its own. Returns how many were replaced."""
+    processor = CosmosAttnProcessor(fused_rotary_mul())
+    replaced = 0
+    for module in transformer.modules():
+        if isinstance(module, Attention) and isinstance(module.processor, CosmosAttnProcessor2_0):
+            module.set_processor(processor)
+            replaced += 1
+    return replaced

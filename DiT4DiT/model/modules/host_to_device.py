@@ -1,5 +1,6 @@
 """Host-to-device copies that do not make the device wait: each step's inputs go through pinned host memory,
-and a batch of examples' numeric fields (actions, mask, state) become one typed ActionBatch on the device here.
+and a batch of examples (frames, instruction, actions, mask, state) becomes one typed ModelBatch on the device
+here, the model's one conversion of its input.
 
 A copy from pageable host memory is synchronous (the stream stalls until the host buffer is staged); from pinned
 memory with non_blocking=True it is queued on the stream and the host goes on. Pinned memory needs an accelerator
@@ -40,24 +41,67 @@ def stack_to_device(tensors: Sequence[torch.Tensor], device: torch.device) -> to
     return host.to(device, non_blocking=True)
 
 
-@dataclass(frozen=True)
-class ActionBatch:
-    """What the action head reads of a batch of examples, on the device; built by action_batch, once per forward."""
+def frame_to_tensor(frame) -> torch.Tensor:
+    """A frame (torch CHW/HWC, numpy HWC, or PIL) as a float (3, H, W) tensor in [0, 1]."""
+    if hasattr(frame, "convert"):  # PIL image
+        frame = np.asarray(frame.convert("RGB"))
+    tensor = torch.as_tensor(frame)
+    if tensor.ndim == 2:
+        tensor = tensor.unsqueeze(0)
+    elif tensor.shape[0] not in (1, 3, 4) and tensor.shape[-1] in (1, 3, 4):
+        tensor = tensor.permute(2, 0, 1)
+    if tensor.ndim != 3 or tensor.shape[0] not in (1, 3, 4):
+        raise ValueError(f"an image frame must be (3, H, W) or (H, W, 3); got shape {tuple(tensor.shape)}")
+    if tensor.shape[0] == 4:  # RGBA
+        tensor = tensor[:3]
+    elif tensor.shape[0] == 1:  # grayscale
+        tensor = tensor.expand(3, -1, -1)
+    is_bytes = tensor.dtype == torch.uint8
+    tensor = tensor.float()
+    if is_bytes or tensor.max() > 1.0:
+        tensor = tensor / 255.0
+    return tensor
 
+
+@dataclass(frozen=True)
+class ModelBatch:
+    """A batch of examples as the model reads it, on the device; built by model_batch, once per forward."""
+
+    video: torch.Tensor  # (B, T, 3, H, W) float in [0, 1]; frame 0 conditions, the rest are future frames
+    instructions: list[str]
     actions: torch.Tensor | None  # (B, chunk, action_dim) in the head's dtype; None when predicting
     mask: torch.Tensor | None  # (B, chunk, action_dim) bool; None when predicting
     state: torch.Tensor | None  # (B, 1, state_dim) in the head's dtype; None when the examples or the head have none
 
 
-def action_batch(examples: list[dict], device: torch.device, dtype: torch.dtype, *, targets: bool,
-                 state: bool) -> ActionBatch:
-    """The examples' action chunks and masks (`targets`) and states (`state`) as one ActionBatch on `device`."""
+def model_batch(examples: list[dict], device: torch.device, dtype: torch.dtype, *, targets: bool, state: bool,
+                current_frame_only: bool = False) -> ModelBatch:
+    """The examples' frames and instructions, action chunks and masks (`targets`) and states (`state`) as one
+    ModelBatch on `device`; `current_frame_only` keeps each example's first frame (what conditions a prediction)."""
     device = torch.device(device)
-    return ActionBatch(
+    return ModelBatch(
+        video=stack_to_device(_frames(examples, current_frame_only), device),
+        instructions=[example["lang"] for example in examples],
         actions=_stack_examples(examples, "action", device, dtype) if targets else None,
         mask=_stack_examples(examples, "action_mask", device, torch.bool) if targets else None,
         state=_stack_examples(examples, "state", device, dtype) if state else None,
     )
+
+
+def _frames(examples: list[dict], current_frame_only: bool) -> list[torch.Tensor]:
+    """Each example's frames as one (T, 3, H, W) host tensor; every example must give the same shape."""
+    samples = []
+    for index, example in enumerate(examples):
+        frames = example["image"] if isinstance(example["image"], (list, tuple)) else [example["image"]]
+        if current_frame_only:
+            frames = frames[:1]
+        samples.append(torch.stack([frame_to_tensor(f) for f in frames]))
+        if samples[-1].shape != samples[0].shape:
+            raise ValueError(
+                f"sample {index} has frames {tuple(samples[-1].shape)} (T, C, H, W) but sample 0 has "
+                f"{tuple(samples[0].shape)}; every sample in a batch needs the same frame count and size"
+            )
+    return samples
 
 
 def _stack_examples(examples: list[dict], key: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

@@ -1,11 +1,19 @@
-"""Runs a plan: CANN's environment, the plan's exports, then the training command in a session of its own, its
-output into the run dir's log, signals forwarded, a stopped rank killed, and the exit status the ranks chose.
+"""python -m DiT4DiT.launch [options] [--dry-run], as scripts/train_8p.sh runs it: the launcher's process.
 
-The training command runs in the repository root, in a process group of its own, so that SIGTERM / SIGINT to the
-launcher reach all of its processes (accelerate, torchrun's agent, every rank) and none is orphaned; the launcher
-logs the trainer's last words and waits until every process of the group has ended (ranks still saving).
+`main` plans the launch (DiT4DiT/launch/plan.py), prints it with --dry-run, and otherwise runs it: exit 2 with
+every problem and its fix when preflight refuses to start, or with the one-line reason when the options or the
+config cannot work at all; else the trainer's exit status.
+
+`supervise` runs a plan: CANN's environment, the plan's exports, then the training command in a session of its
+own, its output into the run dir's log, signals forwarded, a stopped rank killed, and the exit status the ranks
+chose. The training command runs in the repository root, in a process group of its own, so that SIGTERM / SIGINT
+to the launcher reach all of its processes (accelerate, torchrun's agent, every rank) and none is orphaned; the
+launcher logs the trainer's last words and waits until every process of the group has ended (ranks still saving).
 A rank of this node stopped (SIGSTOP, state T) for longer than `plan.stall_kill_after()` gets SIGKILL: it cannot
 act on torchrun's SIGTERM, and a rank alone on its node has no local peer to end it.
+
+Only the standard library and our torch-free modules are imported at the top: `require` must say what is missing
+before the planning code imports the config loader's packages.
 """
 
 from __future__ import annotations
@@ -20,14 +28,57 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from DiT4DiT.errors import run_main
+from DiT4DiT.facts import REPO
 from DiT4DiT.launch.environment import Setting
+from DiT4DiT.launch import options
 from DiT4DiT.launch.options import PROG
-from DiT4DiT.launch.plan import REPO, Plan, stall_kill_after
+from DiT4DiT.requirements_check import TRAINING, require
 from DiT4DiT.training.heartbeat import EXIT_STALLED, STATUS_FILE_VARIABLE, process_stat
+
+if TYPE_CHECKING:
+    from DiT4DiT.launch.plan import Plan
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 BASH_ONLY = ("_", "SHLVL")  # what bash itself sets, not what the scripts export
+
+
+def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        decided = prepare(sys.argv[1:] if argv is None else argv)
+        if isinstance(decided, int):
+            return decided
+        return supervise(decided)
+
+    return run_main(body, PROG)
+
+
+def prepare(argv: list[str]):
+    """The plan to run, or the exit status when there is nothing to run (--help, --dry-run, refused); what a
+    person needs to read is printed here."""
+    require(PROG, TRAINING, launcher=True)  # --help too: the trainer runs with this Python
+    environment = dict(os.environ)  # the trainer's, before the line below
+    # No torch_npu autoload should anything here import torch (a --device=cuda probe, a memory plan): CANN is not
+    # sourced yet.
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    from DiT4DiT.launch import plan as planning
+
+    opts = options.parse(argv, Path.cwd())
+    plan = planning.build(opts, planning.Facts(env=environment))
+    if opts.dry_run:
+        print(planning.dry_run(plan))
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if plan.problems:
+        print(f"preflight: {len(plan.problems)} problem(s), nothing started:", file=sys.stderr)
+        print("\n".join(f"  {p}" for p in plan.problems), file=sys.stderr)
+        return 2
+    if opts.dry_run:
+        print("preflight: ok")
+        return 0
+    return plan
 
 
 def cann_environment(scripts: list[str], env: dict[str, str]) -> dict[str, str]:
@@ -144,7 +195,7 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def train(plan: Plan) -> int:
+def supervise(plan: Plan) -> int:
     """Run the plan's command; its exit status (76 when a rank stalled, 128+N for a signal N)."""
     env = training_environment(plan)
     log = Log(REPO / plan.log)  # a relative run dir is the trainer's, which runs in the repository root
@@ -177,7 +228,7 @@ def train(plan: Plan) -> int:
         copier = threading.Thread(target=copy_output, args=(read_end, log))
         copier.start()
         done = threading.Event()
-        after_s = stall_kill_after(plan)
+        after_s = plan.stall_kill_after()
         watcher = threading.Thread(target=kill_stopped_ranks, args=(proc.pid, after_s, log, status, done), daemon=True)
         if after_s > 0:
             watcher.start()
