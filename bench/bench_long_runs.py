@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from DiT4DiT.training import checkpoint as ckpt
+from DiT4DiT.training.process_group import destroy_process_group
 
 # A 2B transformer + action head: bf16 weights file; ZeRO-2 fp32 master weights + two Adam moments, sharded.
 PARAMS_2B = 2.2e9
@@ -59,7 +60,7 @@ def _vote_worker(rank: int, world: int, port: int, steps: int, step_s: float, ou
     stop.uninstall()
     if rank == 0:
         out.put((without, with_vote))
-    dist.destroy_process_group()
+    destroy_process_group(everyone_here=True)
 
 
 def vote_cost(world: int, steps: int = 200, step_s: float = 0.01) -> tuple[float, float]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.cli_runs import run_tree
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.model.framework import build_framework
 
@@ -38,7 +39,7 @@ def test_zero3_trains_two_steps_and_saves_whole_weights(tiny_pipeline_dir, tiny_
         "--trainer.save_interval=2", "--trainer.logging_frequency=1",
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", OMP_NUM_THREADS="1")
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    result = run_tree(command, cwd=ROOT, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "zero3"
     assert (run / "checkpoints/steps_2_training_state/deepspeed").is_dir()

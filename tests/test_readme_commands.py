@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from helpers.cli_runs import run_tree
+
 pytestmark = pytest.mark.slow  # a venv, make develop, then accelerate launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +76,7 @@ def test_readme_training_command_runs_verbatim_with_tiny_overrides(installed_env
     command += tiny_overrides(tiny_pipeline_dir, tiny_robotwin_root, tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(WANDB_MODE="offline", OMP_NUM_THREADS="1", PATH=f"{installed_env}{os.pathsep}{env['PATH']}")
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    result = run_tree(command, cwd=REPO, env=env, timeout=900)
     assert "ModuleNotFoundError" not in result.stderr
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "readme/final_model/pytorch_model.pt").is_file()

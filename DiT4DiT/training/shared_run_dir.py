@@ -19,9 +19,8 @@ import torch.distributed as dist
 from DiT4DiT.config.schema import ConfigError
 
 SEES, BLIND, NOT_ASKED = 1, 0, -1
-# Tensors handed to collectives stay referenced for the life of the process. If gloo's worker thread dropped
-# the last reference, it would need the GIL to free the Python object while destroy_process_group (on the error
-# path, right after this check) holds the GIL and joins that thread: a deadlock seen with torch 2.7.1.
+# Tensors handed to collectives stay referenced for the life of the process: a refusal here ends the group on
+# the error path, without the last barrier that keeps gloo's workers from freeing them (process_group.py).
 _HANDED_TO_COLLECTIVES: list[torch.Tensor] = []
 
 

@@ -25,7 +25,6 @@ if not __package__:  # run as a script (accelerate launch, python): a missing pa
     require("DiT4DiT/training/train.py", TRAINING)
 
 import torch
-import torch.distributed as dist
 from accelerate import Accelerator
 from accelerate.utils import DistributedType
 from omegaconf import DictConfig
@@ -38,6 +37,7 @@ from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.input_checks import validate_training_config
 from DiT4DiT.training.optim import build_param_groups
+from DiT4DiT.training.process_group import destroy_process_group
 from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchOrder
 from DiT4DiT.training.shared_run_dir import check_shared_run_dir
@@ -180,11 +180,12 @@ def main(argv: list[str] | None = None) -> int:
             return None
         return (f"[rank {accelerator.process_index}] " if many and not error.same_on_every_rank else "") + error.label
 
+    status = None
     try:
-        return run_main(train, said_by)
+        status = run_main(train, said_by)
+        return status
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        destroy_process_group(everyone_here=status == 0)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import torch
 from accelerate import Accelerator
 
 from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
+from DiT4DiT.training.process_group import destroy_process_group
 
 INSTRUCTIONS = [f"task {i}: move object {i} to place {i % 3}" for i in range(9)]
 encoded_here: list[str] = []
@@ -42,8 +43,7 @@ def main() -> None:
         "lookup_sum": float(store.lookup(INSTRUCTIONS, torch.device("cpu")).double().sum()),
     }
     (out / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
-    accelerator.wait_for_everyone()
-    torch.distributed.destroy_process_group()  # before interpreter exit, as the trainer does (gloo's teardown)
+    destroy_process_group(everyone_here=True)  # before interpreter exit, as the trainer does
 
 
 if __name__ == "__main__":

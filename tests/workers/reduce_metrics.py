@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 from accelerate import Accelerator
 
 from DiT4DiT.training.metrics import DeviceWindow
+from DiT4DiT.training.process_group import destroy_process_group
 from DiT4DiT.training.train import NonFiniteGuard
 
 
@@ -43,11 +43,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = {"rank": rank, "record": record, "with_nan": with_nan, "all_finite": all_finite}
     (out / f"rank{rank}.json").write_text(json.dumps(result))
-    # The results are written: leave without gloo's teardown. Right after a gather, destroy_process_group can
-    # deadlock (torch 2.7.1: gloo's worker thread frees the gathered tensors, which needs the GIL that the
-    # destructor holds while it joins that thread), and a process group left to interpreter exit can abort.
-    sys.stdout.flush()
-    os._exit(0)
+    destroy_process_group(everyone_here=True)  # right after a gather, as the trainer's end
 
 
 if __name__ == "__main__":
