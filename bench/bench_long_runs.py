@@ -1,6 +1,7 @@
-"""What the long-run safeguards cost: checkpoint hashing, the per-step stop vote, the up-front video probe.
+"""What the long-run safeguards cost: checkpoint hashing, the per-step stop vote, the up-front video probe; and how
+often a two-process gloo group's end hangs with a plain destroy_process_group and with ours.
 
-    PYTHONPATH=. python bench/bench_long_runs.py [--hash-mib 256] [--processes 1 2 4]
+    PYTHONPATH=. python bench/bench_long_runs.py [--hash-mib 256] [--processes 1 2 4] [--teardowns 32]
 
 Figures are ratios or rates within this run; the 2B extrapolation is printed with its assumptions.
 """
@@ -69,6 +70,44 @@ def vote_cost(world: int, steps: int = 200, step_s: float = 0.01) -> tuple[float
     return queue.get()
 
 
+def _teardown_worker(rank: int, world: int, port: int, ours: bool) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    for value in range(8):  # small gathers, the last right before the end: as a prompt-store fill ends
+        gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(gathered, torch.tensor([value]))
+    if ours:
+        destroy_process_group(everyone_here=True)
+    else:  # accelerate's wait_for_everyone, then torch's destroy
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _teardown_hangs(port: int, ours: bool, timeout_s: float) -> bool:
+    """Whether one two-process launch was still running after `timeout_s` (then its processes are killed)."""
+    launch = mp.start_processes(_teardown_worker, args=(2, port, ours), nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    while not launch.join(timeout=max(deadline - time.monotonic(), 0.1)):
+        if time.monotonic() >= deadline:
+            for process in launch.processes:
+                process.kill()
+            return True
+    return False
+
+
+def teardown_hangs(launches: int, timeout_s: float = 30.0) -> dict[str, int]:
+    """Hung launches out of `launches` for each way of ending; two launches run at once, to load the machine as a
+    test suite or a second job does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    hangs = {}
+    for name, ours in (("plain destroy_process_group", False), ("process_group.destroy_process_group", True)):
+        ports = [30000 + 2 * i + (1000 if ours else 0) for i in range(launches)]
+        with ThreadPoolExecutor(2) as pool:
+            hangs[name] = sum(pool.map(lambda port: _teardown_hangs(port, ours, timeout_s), ports))
+    return hangs
+
+
 def probe_rate(root: Path) -> tuple[int, float]:
     from DiT4DiT.dataloader.checks import _probe
 
@@ -84,6 +123,7 @@ def main() -> None:
     parser.add_argument("--hash-mib", type=int, default=256)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--videos", type=Path, default=Path("playground/Datasets/robotwin_tiny"))
+    parser.add_argument("--teardowns", type=int, default=32, help="two-process launches per way of ending (0: none)")
     args = parser.parse_args()
 
     rate = hash_rate(args.hash_mib)
@@ -99,6 +139,9 @@ def main() -> None:
         count, per_video = probe_rate(args.videos)
         print(f"video probe: {count} videos, {per_video * 1e3:.1f} ms each (open + one decoded frame); "
               f"15000 RoboTwin videos ~ {15000 * per_video / 60:.1f} min once, then cached")
+    if args.teardowns:
+        for name, hung in teardown_hangs(args.teardowns).items():
+            print(f"end of a two-process gloo group, {name}: {hung} of {args.teardowns} launches hung")
 
 
 if __name__ == "__main__":

@@ -259,7 +259,9 @@ def test_ci_script_explains_a_patch_that_no_longer_applies(tmp_path):
     for part in ("DiT4DiT", "scripts", "patches"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
     train = repo / TRAIN
-    train.write_text(train.read_text().replace("import torch.distributed as dist\n", "import torch.distributed as tdist\n"))
+    text = train.read_text()
+    assert "\nimport torch\n" in text  # the line the first hunk's context starts after
+    train.write_text(text.replace("\nimport torch\n", "\nimport torch as torch\n", 1))
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
     result = subprocess.run(
