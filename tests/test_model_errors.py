@@ -89,6 +89,12 @@ def test_examples_contradicting_the_config(tiny_model_cfg, tiny_examples, overri
         build_framework(cfg)(examples)
 
 
+def test_a_video_only_model_refuses_to_predict_actions(tiny_model_cfg, tiny_examples):
+    cfg = tiny_model_cfg("framework.cosmos25.training=video")
+    with pytest.raises(ConfigError, match="training=video builds no action head.*serve a run trained with training="):
+        build_framework(cfg).predict_action(tiny_examples(cfg))
+
+
 def test_run_folder_mistakes_name_the_file_or_key(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

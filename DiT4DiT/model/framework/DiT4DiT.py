@@ -122,7 +122,8 @@ class DiT4DiT(nn.Module):
         `generators`: one CPU generator per example drawing all its noise, so its actions do not depend on the
         batch it is in; None draws from torch's default generator."""
         if self.action_model is None:
-            raise RuntimeError("framework.cosmos25.training=video builds no action head, so it cannot predict actions")
+            raise ConfigError("framework.cosmos25.training=video builds no action head, so it cannot predict actions; "
+                              "serve a run trained with training=joint or action")
         examples = [examples] if isinstance(examples, dict) else list(examples)
         batch = self._model_batch(examples, targets=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
