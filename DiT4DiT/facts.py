@@ -11,6 +11,11 @@ from pathlib import Path
 # The checkout holding this package: relative paths in a launch and the shipped configs are read from it.
 REPO = Path(__file__).resolve().parents[1]
 
+
+def in_repo(path: str | Path) -> Path:
+    """`path` as given when absolute, else under the checkout (the launcher runs the trainer in its root)."""
+    return Path(path) if Path(path).is_absolute() else REPO / path
+
 # The kinds of device the trainer, the launcher and the policy server run on.
 DEVICE_KINDS = ("npu", "cuda", "cpu")
 # The base model: nvidia/Cosmos-Predict2.5-2B in diffusers format.

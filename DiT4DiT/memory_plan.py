@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
+from DiT4DiT.facts import in_repo
 from DiT4DiT.memory_estimate import Estimate, estimate_training_memory
 
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
@@ -189,19 +190,18 @@ def device_free_gib(kind: str, topo=None) -> float | None:
     return nvidia_free_gib() if kind == "cuda" else None
 
 
-def launch_zero_stage(launch_config: str | Path, repo: Path) -> int:
+def launch_zero_stage(launch_config: str | Path) -> int:
     """The ZeRO stage of an accelerate config: deepspeed_config.zero_stage, else its deepspeed_config_file's
     zero_optimization.stage; 0 without DeepSpeed (plain DDP: nothing shared)."""
     import json
 
     import yaml
 
-    path = Path(launch_config) if Path(launch_config).is_absolute() else repo / launch_config
+    path = in_repo(launch_config)
     ds = ((yaml.safe_load(path.read_text()) or {}).get("deepspeed_config") or {}) if path.is_file() else {}
     if "zero_stage" in ds:
         return int(ds["zero_stage"])
-    ds_file = Path(ds.get("deepspeed_config_file", ""))
-    ds_file = ds_file if ds_file.is_absolute() else repo / ds_file
+    ds_file = in_repo(ds.get("deepspeed_config_file", ""))
     return int(json.loads(ds_file.read_text()).get("zero_optimization", {}).get("stage", 0)) if ds_file.is_file() else 0
 
 

@@ -72,9 +72,9 @@ def test_changes_are_stacked_when_none_fits_alone(real_sizes):
 
 
 def test_launch_config_gives_the_zero_stage():
-    assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/deepspeed_zero2.yaml", ROOT) == 2
-    assert memory_plan.launch_zero_stage(memory_plan.ZERO3_LAUNCH_CONFIG, ROOT) == 3
-    assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/cpu.yaml", ROOT) == 0
+    assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/deepspeed_zero2.yaml") == 2
+    assert memory_plan.launch_zero_stage(memory_plan.ZERO3_LAUNCH_CONFIG) == 3
+    assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/cpu.yaml") == 0
 
 
 def test_gpu_free_memory_comes_from_nvidia_smi(monkeypatch):

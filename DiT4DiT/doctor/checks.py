@@ -29,7 +29,7 @@ from pathlib import Path
 
 from DiT4DiT import memory_plan
 from DiT4DiT.errors import DiT4DiTError, run_main
-from DiT4DiT.facts import REPO, TINY_MODEL_DIR
+from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import npu_network
 from DiT4DiT.launch import host_kind, npu_topology, preflight
 from DiT4DiT.host_memory import HostNeed, read_meminfo
@@ -437,7 +437,7 @@ class Doctor:
         free_gib = self.args.device_memory_gib
         if free_gib is None:
             free_gib = memory_plan.device_free_gib(kind, self.topo)
-        zero_stage = memory_plan.launch_zero_stage(self.args.launch_config, REPO)
+        zero_stage = memory_plan.launch_zero_stage(self.args.launch_config)
         run = memory_plan.Run(self.num_processes, self.num_machines, zero_stage)
         try:
             result = memory_plan.plan(self.base_model, framework, trainer, data, run, views, free_gib or 0.0, kind)

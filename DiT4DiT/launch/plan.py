@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from DiT4DiT.facts import DETERMINISTIC_ENV, REPO
+from DiT4DiT.facts import DETERMINISTIC_ENV, REPO, in_repo
 from DiT4DiT.launch import environment, host_kind, network, npu_topology, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
@@ -125,10 +125,6 @@ def _node_values(opts: Options, env: dict[str, str]) -> dict[str, tuple[str, str
     if int(machines[0]) > 1 and not found["main_process_ip"][0]:
         raise UsageError(f"{machines[0]} machines need the address of machine 0: --main_process_ip=IP (or MASTER_ADDR)")
     return found
-
-
-def _repo_path(path: str) -> Path:
-    return Path(path) if os.path.isabs(path) else REPO / path
 
 
 def _interface(plan: Plan, facts: Facts) -> None:
@@ -246,11 +242,11 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
         shown["soc"] = (opts.given("soc"), "option --soc")
     shown.update(_node_values(opts, facts.env))
     config_yaml, launch_config = shown["config_yaml"][0], shown["launch_config"][0]
-    if not _repo_path(config_yaml).is_file():
+    if not in_repo(config_yaml).is_file():
         raise UsageError(f"config {config_yaml} not found ({shown['config_yaml'][1]})")
-    if not _repo_path(launch_config).is_file():
+    if not in_repo(launch_config).is_file():
         problems.append(f"launch config {launch_config} not found ({shown['launch_config'][1]})")
-    config = values.resolve(str(_repo_path(config_yaml)), opts.forwarded, option_names())
+    config = values.resolve(str(in_repo(config_yaml)), opts.forwarded, option_names())
 
     per_node, machines, rank = (int(shown[n][0]) for n in ("num_processes", "num_machines", "machine_rank"))
     run_dir = f"{config['run_root_dir'].value}/{config['run_id'].value}"
@@ -275,7 +271,7 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     if host.kind == "cpu":
         threads = environment.omp_threads(facts.cores, per_node)
         plan.env.default("OMP_NUM_THREADS", str(threads), f"{facts.cores} cores / {per_node} process(es) per node")
-    entry_path = _repo_path(entry)
+    entry_path = in_repo(entry)
     if host.kind == "npu" and not host.problem:
         _ascend(plan, facts, entry_path, opts.given("hccl_zero_copy"))
     elif not entry_path.is_file() and not opts.dry_run:
@@ -303,8 +299,8 @@ def _memory(plan: Plan, opts: Options, facts: Facts) -> None:
         return  # nothing to plan with; preflight has named what is missing
     kind = plan.host.kind if plan.host.kind != "cpu" else "npu"
     try:
-        lines, fits = preflight.memory_plan_lines(_repo_path(plan.shown["config_yaml"][0]), plan.forwarded,
-                                                  str(_repo_path(base_model)), _repo_path(plan.shown["launch_config"][0]),
+        lines, fits = preflight.memory_plan_lines(in_repo(plan.shown["config_yaml"][0]), plan.forwarded,
+                                                  str(in_repo(base_model)), in_repo(plan.shown["launch_config"][0]),
                                                   plan.per_node, plan.machines, kind, free)
     except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
         plan.notes.append(f"no memory plan: the estimate could not read {base_model} ({type(err).__name__}: {err})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from DiT4DiT.facts import REPO, TINY_DATA_DIR
+from DiT4DiT.facts import TINY_DATA_DIR
 from DiT4DiT.launch import folder_checks
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
@@ -112,7 +112,7 @@ def memory_plan_lines(config_yaml: Path, forwarded: list[str], base_model: str, 
     typed = section(load_config(str(config_yaml), normalize_cli_overrides(forwarded)), ConfigSections)
     data = typed.datasets.vla_data
     views = mixture_views(data.data_mix, data.data_config)
-    run = memory_plan.Run(per_node, machines, memory_plan.launch_zero_stage(launch_config, REPO))
+    run = memory_plan.Run(per_node, machines, memory_plan.launch_zero_stage(launch_config))
     result = memory_plan.plan(Path(base_model), typed.framework, typed.trainer, data, run, views, free_gib, kind)
     if result is None:
         return [], True

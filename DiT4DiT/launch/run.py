@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from DiT4DiT.errors import run_main
 from DiT4DiT.facts import REPO
-from DiT4DiT.launch.environment import Setting
 from DiT4DiT.launch import options
+from DiT4DiT.launch.environment import Setting
 from DiT4DiT.launch.options import PROG
 from DiT4DiT.requirements_check import TRAINING, require
 from DiT4DiT.training.heartbeat import EXIT_STALLED, STATUS_FILE_VARIABLE, process_stat
