@@ -21,3 +21,12 @@ def test_the_suite_runs_the_kernels_the_golden_file_was_written_with():
     if not has_avx2():
         pytest.skip("no AVX2 on this CPU: the golden file's kernels cannot run here")
     assert torch.backends.cpu.get_cpu_capability() == read()["cpu_capability"] == "AVX2"
+
+
+def test_a_cpu_vendor_the_file_has_no_losses_for_is_told_how_to_add_them():
+    from helpers.cpu_kernels import cpu_vendor
+
+    golden = read()
+    others = {vendor: steps for vendor, steps in golden["losses"].items() if vendor != cpu_vendor()}
+    found = differences(golden["losses"][cpu_vendor()], {**golden, "losses": others})
+    assert len(found) == 1 and f"none for {cpu_vendor()}" in found[0] and COMMAND in found[0]

@@ -14,6 +14,20 @@ from pathlib import Path
 AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id (GenuineIntel, AuthenticAMD, ...), or "unknown" off Linux.
+
+    MKL's reproducibility mode (MKL_CBWR) promises equal results across one vendor's processors; on another vendor's
+    it takes other code paths, so the golden losses are kept per vendor."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def has_avx2() -> bool:
     try:
         return any(line.startswith("flags") and " avx2" in line for line in Path("/proc/cpuinfo").read_text().splitlines())

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from DiT4DiT.launch.environment import omp_threads
-from helpers.cli_runs import free_port, run_tree
+from .cli_runs import free_port, run_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
