@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
@@ -308,3 +309,31 @@ def test_sigterm_during_a_forward_exits_cleanly(tiny_ckpt):
             thread.join(timeout=60)
     assert process.returncode == 0, "".join(lines) + rest
     assert "stopped" in rest and "terminate called" not in rest
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_server_after_a_window_of_two_frame_sizes(tiny_ckpt):
+    # Two robots' frames in one window ended the model thread holding a batch it had taken from the queue; SIGTERM
+    # then waited forever for those requests' connections (nothing would ever answer them).
+    with served(tiny_ckpt, "--max_wait_ms", "3000", "--max_forward_batch", "8") as (process, port, lines):
+        connections = []
+        for k, width in enumerate((96, 64, 96, 64)):
+            ws = connect(f"ws://127.0.0.1:{port}", proxy=None, open_timeout=60)
+            ws.recv(timeout=60)
+            connections.append(ws)
+        for k, ws in enumerate(connections):
+            image = np.zeros((32, (96, 64)[k % 2], 3), np.uint8)
+            ws.send(raw_pack({"examples": [example(k, image=[image])], "request_id": f"r{k}"}))
+        answered = []
+        for ws in connections:
+            try:
+                answered.append(raw_unpack(ws.recv(timeout=120))["ok"])
+            except TimeoutError:
+                answered.append(None)
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, rest = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            rest = "(still running 60 s after SIGTERM)"
+    assert process.returncode == 0, "".join(lines) + rest
+    assert answered == [True] * 4, answered
