@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
+from bench import mixed_traffic
 from DiT4DiT.serving.batching import Batcher
 from DiT4DiT.serving.client import PolicyClient, ServerError
 from DiT4DiT.serving.server import running_server
@@ -266,3 +267,21 @@ def test_healthz_is_200_while_the_model_answers_and_503_while_it_is_stuck(tiny_p
     assert timed_out["ok"] is False and "no answer within 1 s (--request_timeout_s)" in timed_out["error"]["message"]
     assert status == 503 and "the model has not answered for" in reason and "--request_timeout_s 1" in reason, reason
     assert recovered == (200, "ok\n")
+
+
+MIXED_TRAFFIC_SEED = 41
+
+
+def test_randomized_mixed_traffic_well_formed_requests_get_their_actions_alone_bad_ones_one_error(tiny_policy):
+    # bench/mixed_traffic.py's generator at a fixed seed: 12 clients x 6 requests of every kind (frames of 1 to 3
+    # cameras, cameras one by one, float and uint8 pixels, with and without state, 1 to 3 examples; malformed, NaN,
+    # dropped mid-request); bench/bench_mixed_traffic.py runs bigger ones.
+    with running_server(tiny_policy, max_wait_ms=20) as server:
+        planned = mixed_traffic.plan(MIXED_TRAFFIC_SEED, 12, 6, mixed_traffic.metadata(server.port))
+        replies = mixed_traffic.send(server.port, planned, timeout_s=120)
+        outcome = mixed_traffic.check(server.port, planned, replies, timeout_s=120)
+        health = server._batcher.health()
+    assert not outcome.problems, outcome.problems
+    assert set(outcome.counts) == set(mixed_traffic.KINDS) and sum(outcome.counts.values()) == 72, outcome.counts
+    assert len(outcome.shapes) >= 8, outcome.shapes  # many shapes of well-formed request
+    assert outcome.largest_difference <= mixed_traffic.ATOL and health is None

@@ -337,3 +337,41 @@ def test_sigterm_ends_the_server_after_a_window_of_two_frame_sizes(tiny_ckpt):
             rest = "(still running 60 s after SIGTERM)"
     assert process.returncode == 0, "".join(lines) + rest
     assert answered == [True] * 4, answered
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--max_message_mb", "-1", "--max_message_mb -1: must be 0.1 to 65536 MiB"),
+    ("--max_message_mb", "0", "--max_message_mb 0: must be 0.1 to 65536 MiB"),  # 0 meant the default before
+    ("--max_message_mb", "1e-9", "--max_message_mb 1e-09: must be 0.1 to 65536 MiB"),
+    ("--max_message_mb", "nan", "--max_message_mb nan: must be 0.1 to 65536 MiB"),
+    ("--idle_timeout", "nan", "--idle_timeout nan: must be -1 (never) or more than 0 and at most 2.592e+06 seconds"),
+    ("--idle_timeout", "0", "--idle_timeout 0: must be -1 (never)"),
+    ("--request_timeout_s", "inf", "--request_timeout_s inf: must be more than 0 and at most 86400"),
+    ("--request_timeout_s", "-5", "--request_timeout_s -5: must be more than 0"),
+    ("--owner_pid", "0", "--owner_pid 0: no such process"),
+])
+def test_an_option_outside_its_range_is_one_line_naming_it_and_the_range(tiny_ckpt, option, value, message):
+    from DiT4DiT.serving.server import main
+
+    result = call_main(main, ["--ckpt", str(tiny_ckpt), "--port", "0", "--device", "cpu", option, value],
+                       dict(os.environ))
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith(f"error: {message}"), result.stderr
+
+
+@pytest.mark.slow
+def test_a_server_started_for_one_run_exits_when_its_owner_ends(tiny_ckpt):
+    # What the closed-loop side process starts: before, a server whose starter was killed served (and held its
+    # memory: 7-9 GiB at full size) until someone killed it.
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        with served(tiny_ckpt, "--owner_pid", str(owner.pid)) as (process, port, lines):
+            with PolicyClient("127.0.0.1", port, wait_s=30) as client:
+                assert client.ping()
+            owner.kill()
+            owner.wait()
+            _, rest = process.communicate(timeout=60)
+    finally:
+        owner.kill()
+    assert process.returncode == 0, "".join(lines) + rest
+    assert f"the process that started this server (--owner_pid {owner.pid}) has ended: stopping" in rest
