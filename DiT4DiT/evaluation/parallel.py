@@ -21,7 +21,6 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
+from DiT4DiT.process_lifetime import how_it_ended, process_state
 
 log = logging.getLogger("dit4dit.parallel")
 
@@ -98,26 +98,6 @@ def _child(worker: Worker, setup, episodes: list[int], results, parent: int, bea
     done.set()
     with sending:
         results.close()
-
-
-def process_state(pid: int) -> str:
-    """A process's state from /proc in words (stopped, sleeping, ...), or "state unknown"."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            code = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "state unknown"
-    return {"T": "stopped", "t": "stopped by a debugger", "S": "sleeping", "D": "in uninterruptible I/O",
-            "R": "running", "Z": "a zombie"}.get(code, f"state {code}")
-
-
-def how_it_ended(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with status {exitcode}"
 
 
 def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *, describe: Callable[[int], str] = str,
