@@ -191,7 +191,22 @@ ROWS = [
 
 # A copy of the tiny pipeline at {tmp}/model, broken by the row or not matching its keys: found when the config
 # loads, not by the model.
+def _transformer_config(**changes):
+    def prepare(tmp):
+        path = tmp / "model" / "transformer" / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return prepare
+
+
 MODEL_FOLDER_ROWS = [
+    # The model is built at the config's sizes before its weights load: 100,000 blocks allocated past 4 GB first
+    # (the trainer's resource estimate happened to refuse it; the server and the doctor did not).
+    BadInput("transformer config of 100,000 blocks", (), 2,
+             ("transformer/config.json: num_layers says 100000, but its weights hold 4 transformer blocks",
+              "does not belong to these weights"), _transformer_config(num_layers=100_000)),
+    BadInput("transformer config wider than its weights", (), 2,
+             ("num_attention_heads x attention_head_dim says 4096, but its weights hold 32 channels wide",),
+             _transformer_config(num_attention_heads=256)),
     BadInput("extract layer beyond the transformer", ("--framework.cosmos25.extract_layer=4",), 2,
              ("framework.cosmos25.extract_layer=4 is out of range", "4 blocks", "valid range is 0..3")),
     BadInput("backbone width not the transformer's", ("--framework.cosmos25.vl_hidden_dim=2048",

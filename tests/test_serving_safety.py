@@ -375,3 +375,18 @@ def test_a_server_started_for_one_run_exits_when_its_owner_ends(tiny_ckpt):
         owner.kill()
     assert process.returncode == 0, "".join(lines) + rest
     assert f"the process that started this server (--owner_pid {owner.pid}) has ended: stopping" in rest
+
+
+def test_a_base_model_whose_config_does_not_match_its_weights_is_one_line(tiny_ckpt, tiny_pipeline_dir, tmp_path):
+    # num_layers: 100000 built 100,000 blocks before any weight loaded: past 4 GB, then a bad_alloc traceback.
+    from DiT4DiT.serving.server import main
+
+    hostile = tmp_path / "Cosmos-hostile"
+    shutil.copytree(tiny_pipeline_dir, hostile)
+    config = hostile / "transformer" / "config.json"
+    config.write_text(config.read_text().replace('"num_layers": 4', '"num_layers": 100000'))
+    result = call_main(main, ["--ckpt", str(tiny_ckpt), "--base_model", str(hostile), "--port", "0", "--device", "cpu"],
+                       dict(os.environ))
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert f"{config}: num_layers says 100000, but its weights hold 4 transformer blocks" in line
