@@ -233,8 +233,8 @@ def launch_zero_stage(launch_config: str | Path) -> int:
     if not ds_file.is_file():
         return 0
     if ds_file.stat().st_size > MAX_BYTES:
-        raise UsageError(f"{ds_file}: {ds_file.stat().st_size:,} bytes, more than the {MAX_BYTES >> 20} MiB a DeepSpeed "
-                         f"config may have ({path}'s deepspeed_config_file); give the right file")
+        raise UsageError(f"{ds_file}: {ds_file.stat().st_size:,} bytes, more than the {MAX_BYTES >> 20} MiB a "
+                         f"DeepSpeed config may have ({path}'s deepspeed_config_file); give the right file")
     return int(json.loads(ds_file.read_text()).get("zero_optimization", {}).get("stage", 0))
 
 

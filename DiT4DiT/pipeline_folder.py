@@ -75,8 +75,8 @@ def _declared_size_problems(transformer: Path, fix: str) -> list[str]:
     first = "transformer_blocks.0."
     width, ff = (shapes.get(first + name, [None])[0] for name in ("attn1.to_q.weight", "ff.net.0.proj.weight"))
     heads, head_dim, ratio = (config.get(key) for key in ("num_attention_heads", "attention_head_dim", "mlp_ratio"))
-    declared = [("num_layers", config.get("num_layers"), len({int(m.group(1)) for n in shapes if (m := BLOCK.match(n))}),
-                 "transformer blocks"),
+    blocks = len({int(m.group(1)) for name in shapes if (m := BLOCK.match(name))})
+    declared = [("num_layers", config.get("num_layers"), blocks, "transformer blocks"),
                 ("num_attention_heads x attention_head_dim", _product(heads, head_dim), width, "channels wide")]
     if width is not None:
         declared.append(("mlp_ratio x width", _product(ratio, width), ff, "feed-forward channels"))

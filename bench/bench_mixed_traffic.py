@@ -1,4 +1,4 @@
-"""Mixed traffic against a policy server process, bigger than the test's: bench/mixed_traffic.py's rules at several seeds.
+"""Mixed traffic against a policy server process, bigger than the test's: bench/mixed_traffic.py at several seeds.
 
     .venv/bin/python bench/bench_mixed_traffic.py [--ckpt RUN/checkpoints/steps_N_pytorch_model.pt] [--seeds 0,1,2]
         [--clients 32] [--requests 20] [--max_wait_ms 5] [--json FILE]

@@ -34,8 +34,11 @@ from DiT4DiT.process_lifetime import how_it_ended, process_state
 log = logging.getLogger("dit4dit.parallel")
 
 # An environment process silent this long (no result, no beat) is stuck; a beat every STALL_S / BEATS_PER_STALL.
+# Before its first beat it may be silent STARTS_PER_STALL times longer: a spawned process imports its worker's
+# module (a simulator's packages) before it runs anything of ours.
 STALL_S = 60.0
 BEATS_PER_STALL = 6
+STARTS_PER_STALL = 10
 
 Worker = Callable[[Any, list[int], Callable[[int, Any], None]], None]
 
@@ -85,8 +88,10 @@ def _child(worker: Worker, setup, episodes: list[int], results, parent: int, bea
             results.send(message)
 
     def beat() -> None:
-        while not done.wait(beat_s):
+        while True:
             send(("beat",))
+            if done.wait(beat_s):
+                return
 
     threading.Thread(target=beat, name="beat", daemon=True).start()
     try:
@@ -122,6 +127,7 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
     pending = {slot: list(episodes) for slot, episodes in enumerate(assignments)}
     processes: dict[int, tuple[multiprocessing.Process, Any]] = {}  # slot -> (process, the end we read)
     heard: dict[int, float] = {}  # slot -> when its process last sent something
+    started: set[int] = set()  # slots whose process has sent something
     stuck: dict[int, str] = {}  # slot -> how its process was found stuck (it was killed for it)
 
     def start(slot: int) -> None:
@@ -132,6 +138,7 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
         writer.close()  # the child's copy stays open: its end (exit, kill) is the reader's EOF
         processes[slot] = process, reader
         heard[slot] = time.monotonic()
+        started.discard(slot)
         log.info("environment process %d (pid %d): episodes %s..%s", slot, process.pid, describe(pending[slot][0]),
                  describe(pending[slot][-1]))
 
@@ -159,6 +166,7 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
             for reader in multiprocessing.connection.wait(list(readers), timeout=stall_s / BEATS_PER_STALL):
                 slot = readers[reader]
                 heard[slot] = time.monotonic()
+                started.add(slot)
                 try:
                     message = reader.recv()
                 except EOFError:
@@ -172,7 +180,7 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
                     accept(episode, result)
             for slot, (process, _) in processes.items():
                 silent = time.monotonic() - heard[slot]
-                if silent > stall_s and slot not in stuck:
+                if silent > stall_s * (1 if slot in started else STARTS_PER_STALL) and slot not in stuck:
                     stuck[slot] = f"made no progress for {silent:.0f} s ({process_state(process.pid)}; killed)"
                     process.kill()  # its pipe's end is then the EOF that retries its episodes
     finally:

@@ -397,7 +397,8 @@ def option_problem(args) -> str | None:
         return (f"--idle_timeout {args.idle_timeout:g}: must be -1 (never) or more than 0 and at most "
                 f"{MAX_IDLE_TIMEOUT_S:g} seconds")
     if not 0 < args.request_timeout_s <= MAX_REQUEST_TIMEOUT_S:
-        return f"--request_timeout_s {args.request_timeout_s:g}: must be more than 0 and at most {MAX_REQUEST_TIMEOUT_S:g}"
+        return (f"--request_timeout_s {args.request_timeout_s:g}: must be more than 0 and at most "
+                f"{MAX_REQUEST_TIMEOUT_S:g}")
     if args.owner_pid is not None and (args.owner_pid < 1 or not process_lifetime.alive(args.owner_pid)):
         return f"--owner_pid {args.owner_pid}: no such process (the owner must be running when the server starts)"
     if args.token is not None and not (args.token.isascii() and args.token.isprintable()):

@@ -284,9 +284,9 @@ def what_is_on(model: torch.nn.Module, trainer: TrainerSection) -> str:
     frozen = ", ".join(module_paths(trainer.freeze_modules)) or "none"
     checkpointed = checkpointed_modules(model)
     checkpointing = f"on for {', '.join(checkpointed)}" if checkpointed else "off"
+    deterministic = "on" if trainer.deterministic else "off"
     return (f"frozen modules: {frozen} (trainer.freeze_modules) | activation checkpointing: {checkpointing} "
-            f"(trainer.enable_gradient_checkpointing) | deterministic kernels: {'on' if trainer.deterministic else 'off'} "
-            "(trainer.deterministic)")
+            f"(trainer.enable_gradient_checkpointing) | deterministic kernels: {deterministic} (trainer.deterministic)")
 
 
 def due(done: int, interval: int, last: int) -> bool:
