@@ -182,3 +182,14 @@ def test_a_kill_between_the_renames_keeps_the_old_folder(tmp_path):
     assert killed.returncode == -9, killed.stderr[-2000:]
     kept = [path for path in tmp_path.iterdir() if (path / "mine.txt").is_file()]
     assert [(path / "mine.txt").read_text() for path in kept] == ["the folder before"], sorted(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_tiny_cosmos_replaces_its_own_folder_from_before_the_marker(tmp_path):
+    # `make tiny-assets` rewrites playground's tiny pipeline whenever the tool changes: folders it wrote before it
+    # marked them (no .written_by) are known by their tiny sizes.
+    out = tmp_path / "Cosmos-Predict2.5-tiny"
+    assert tiny_cosmos.main(["--out", str(out)]) == 0
+    (out / ".written_by").unlink()
+    assert tiny_cosmos.main(["--out", str(out), "--overwrite"]) == 0
+    assert (out / ".written_by").read_text() == "tiny_cosmos\n"
