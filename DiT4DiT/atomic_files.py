@@ -1,13 +1,15 @@
 """Atomic file writes, shared by the trainer, the data cache, the prompt store and the tools (stdlib only).
 
 A file appears under its final name only once complete: it is written to a temporary file in the same folder
-and renamed over the target, so a reader (or a run killed mid-write) never sees half a file.
+and renamed over the target, so a reader (or a run killed mid-write) never sees half a file. A folder is written
+beside its target and swapped in by `replace_folder`, which keeps the old one until the new one is in place.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,3 +35,20 @@ def write_json_atomic(path: str | os.PathLike, content) -> None:
 
 def write_bytes_atomic(path: str | os.PathLike, payload: bytes) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(payload))
+
+
+def replace_folder(staging: Path, target: Path) -> None:
+    """Rename the complete folder `staging` to `target` (beside it), replacing what is there. The old folder is
+    renamed aside first and removed only once the new one is in place, so a kill between the two renames leaves it
+    as .<name>.replaced-<pid> beside `target`, never deleted (removing it first lost both)."""
+    if not target.exists():
+        staging.rename(target)
+        return
+    aside = target.with_name(f".{target.name}.replaced-{os.getpid()}")
+    target.rename(aside)
+    try:
+        staging.rename(target)
+    except BaseException:
+        aside.rename(target)
+        raise
+    shutil.rmtree(aside)

@@ -25,6 +25,16 @@ HEADROOM = 0.9
 ZERO2_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"
 ZERO3_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero3.yaml"
 PER_NODE = {"npu": 16, "cuda": 8}  # devices of an Atlas 800T A3 node / a usual GPU node
+# A device's memory as a user may give it (--device_memory_gib): the largest devices today have under 300 GiB.
+MAX_DEVICE_MEMORY_GIB = 1024.0
+
+
+def device_memory_problem(gib: float) -> str | None:
+    """What is wrong with a device memory given by hand (inf, 1e30 or NaN made any run "fit" or FAIL for nothing)."""
+    if not 0 < gib <= MAX_DEVICE_MEMORY_GIB:
+        return (f"--device_memory_gib {gib:g}: expected the free memory of one device in GiB, more than 0 and at most "
+                f"{MAX_DEVICE_MEMORY_GIB:g} (e.g. 60 for a 64 GB NPU)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -190,19 +200,42 @@ def device_free_gib(kind: str, topo=None) -> float | None:
     return nvidia_free_gib() if kind == "cuda" else None
 
 
+def read_launch_config(launch_config: str | Path) -> dict:
+    """An accelerate config file (--launch_config) as a mapping, read with the bounds of every YAML a user gives
+    (DiT4DiT/yaml_files.py: a 3 GB sparse file was read whole); UsageError naming the file otherwise."""
+    import yaml
+
+    from DiT4DiT.errors import UsageError
+    from DiT4DiT.yaml_files import checked_yaml_text
+
+    path = in_repo(launch_config)
+    text = checked_yaml_text(path, UsageError, "launch config (an accelerate config file)", top=yaml.MappingNode)
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise UsageError(f"{path}: not readable YAML ({' '.join(str(error).split())[:200]}); give an accelerate "
+                         "config file, e.g. DiT4DiT/config/deepseeds/deepspeed_zero2.yaml") from None
+
+
 def launch_zero_stage(launch_config: str | Path) -> int:
     """The ZeRO stage of an accelerate config: deepspeed_config.zero_stage, else its deepspeed_config_file's
     zero_optimization.stage; 0 without DeepSpeed (plain DDP: nothing shared)."""
     import json
 
-    import yaml
+    from DiT4DiT.errors import UsageError
+    from DiT4DiT.yaml_files import MAX_BYTES
 
     path = in_repo(launch_config)
-    ds = ((yaml.safe_load(path.read_text()) or {}).get("deepspeed_config") or {}) if path.is_file() else {}
+    ds = (read_launch_config(path).get("deepspeed_config") or {}) if path.is_file() else {}
     if "zero_stage" in ds:
         return int(ds["zero_stage"])
     ds_file = in_repo(ds.get("deepspeed_config_file", ""))
-    return int(json.loads(ds_file.read_text()).get("zero_optimization", {}).get("stage", 0)) if ds_file.is_file() else 0
+    if not ds_file.is_file():
+        return 0
+    if ds_file.stat().st_size > MAX_BYTES:
+        raise UsageError(f"{ds_file}: {ds_file.stat().st_size:,} bytes, more than the {MAX_BYTES >> 20} MiB a "
+                         f"DeepSpeed config may have ({path}'s deepspeed_config_file); give the right file")
+    return int(json.loads(ds_file.read_text()).get("zero_optimization", {}).get("stage", 0))
 
 
 def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) -> list[str]:

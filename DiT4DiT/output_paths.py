@@ -17,6 +17,7 @@ from DiT4DiT.dataloader.layout import DATASET_MARK, is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
 RUN_MARKS = ("checkpoints", "run.lock", "metrics.jsonl", "final_model")  # with config.yaml: a training run folder
+WRITTEN_BY = ".written_by"  # in a folder a tool wrote: the tool's name, so that --overwrite replaces only its own
 
 
 class OutputError(DiT4DiTError):
@@ -75,3 +76,14 @@ def check_replaceable_folder(folder: Path, marker: str, option: str = "--out") -
     if folder.is_dir() and any(folder.iterdir()) and not (folder / marker).exists():
         raise OutputError(f"{option} {folder} holds files but no {marker}: not a folder this tool wrote, so "
                           "--overwrite will not delete it; give a new path")
+
+
+def mark_written_by(folder: Path, tool: str) -> None:
+    (folder / WRITTEN_BY).write_text(tool + "\n")
+
+
+def written_by(folder: Path, tool: str) -> bool:
+    try:
+        return (folder / WRITTEN_BY).read_text().strip() == tool
+    except (OSError, UnicodeDecodeError):
+        return False

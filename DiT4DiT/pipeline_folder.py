@@ -8,6 +8,7 @@ named in seconds, before any process starts, not as a stack trace after model lo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from DiT4DiT.facts import PIPELINE_PARTS, TINY_MODEL_DIR, download_command
@@ -18,6 +19,7 @@ PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"
 WEIGHTED_PARTS = ("text_encoder", "transformer", "vae")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 TINY_COMMAND = "python -m DiT4DiT.tools.tiny_cosmos"
+BLOCK = re.compile(r"transformer_blocks\.(\d+)\.")
 
 
 def how_to_get(folder: str | Path, exists: bool) -> str:
@@ -58,6 +60,37 @@ def _weight_problems(part_dir: Path, fix: str) -> list[str]:
     return problems + [f"{problem}; fix: delete it, then {fix}" for problem in damaged]
 
 
+def _declared_size_problems(transformer: Path, fix: str) -> list[str]:
+    """transformer/config.json's sizes against the shapes its weights hold: a model is built at the config's sizes
+    before any weight loads, so `num_layers: 100000` allocated past 4 GB before anything was checked."""
+    config_path = transformer / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+        shapes = {name: entry["shape"] for weights in sorted(transformer.glob("*.safetensors"))
+                  for name, entry in read_header(weights).tensors.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []  # unreadable files are named by the other checks (or by the loader)
+    if not shapes:
+        return []  # .bin weights: no header to compare with
+    first = "transformer_blocks.0."
+    width, ff = (shapes.get(first + name, [None])[0] for name in ("attn1.to_q.weight", "ff.net.0.proj.weight"))
+    heads, head_dim, ratio = (config.get(key) for key in ("num_attention_heads", "attention_head_dim", "mlp_ratio"))
+    blocks = len({int(m.group(1)) for name in shapes if (m := BLOCK.match(name))})
+    declared = [("num_layers", config.get("num_layers"), blocks, "transformer blocks"),
+                ("num_attention_heads x attention_head_dim", _product(heads, head_dim), width, "channels wide")]
+    if width is not None:
+        declared.append(("mlp_ratio x width", _product(ratio, width), ff, "feed-forward channels"))
+    return [f"{config_path}: {key} says {said}, but its weights hold {held} {what}: the config does not belong to "
+            f"these weights (edited, or copied from another model); fix: {fix}"
+            for key, said, held, what in declared if held is not None and said != held]
+
+
+def _product(a, b):
+    """a x b for two numbers, else the pair as given (so a config's text or null compares unequal)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return a * b if numbers else (a, b)
+
+
 def pipeline_folder_problems(folder: str | Path | None, relative_to: Path | None = None) -> list[str]:
     """What keeps `folder` from being a complete Cosmos-Predict2.5 pipeline, one line per problem naming the file
     and ending with the command that gets it ([] when complete).
@@ -95,4 +128,6 @@ def pipeline_folder_problems(folder: str | Path | None, relative_to: Path | None
     for part in WEIGHTED_PARTS:
         if part not in missing:
             problems += _weight_problems(path / part, fix)
+    if not problems:
+        problems += _declared_size_problems(path / "transformer", fix)
     return problems

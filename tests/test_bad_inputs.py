@@ -139,6 +139,17 @@ ROWS = [
              _yaml("[" * 100_000)),
     BadInput("mixture file of nested anchors", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
              ("mix.yaml: expands to more than 200,000 values",), _laughs("mix.yaml")),
+    # Refused before with "expands to more than 200,000 values (anchors and aliases ...?)": now a stated bound.
+    BadInput("mixture file of 100,000 entries", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml: more than 10,000 entries; a mixture file holds at most 10,000", "every start indexes each dataset"),
+             _mixture("".join(f"- {{path: d{i}}}\n" for i in range(100_000)))),
+    # A recursive anchor: the node counter recursed until RecursionError, a traceback.
+    BadInput("config with a recursive anchor", ("--config_yaml={tmp}/bad.yaml",), 2,
+             ("bad.yaml: an anchor is used inside its own value", "write the values out plainly"),
+             _yaml("a: &b [*b]\n")),
+    BadInput("mixture file with a recursive anchor", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
+             ("mix.yaml: an anchor is used inside its own value", "mixture file never ends"),
+             _mixture("- &b {path: a, weight: [*b]}\n")),
     BadInput("mixture file of 3 GB (sparse)", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
              ("mix.yaml: 3,221,225,472 bytes", "mixture file"), _sparse("mix.yaml")),
     BadInput("mixture file that is a binary file", ("--datasets.vla_data.data_mix={tmp}/mix.yaml",), 2,
@@ -180,7 +191,22 @@ ROWS = [
 
 # A copy of the tiny pipeline at {tmp}/model, broken by the row or not matching its keys: found when the config
 # loads, not by the model.
+def _transformer_config(**changes):
+    def prepare(tmp):
+        path = tmp / "model" / "transformer" / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return prepare
+
+
 MODEL_FOLDER_ROWS = [
+    # The model is built at the config's sizes before its weights load: 100,000 blocks allocated past 4 GB first
+    # (the trainer's resource estimate happened to refuse it; the server and the doctor did not).
+    BadInput("transformer config of 100,000 blocks", (), 2,
+             ("transformer/config.json: num_layers says 100000, but its weights hold 4 transformer blocks",
+              "does not belong to these weights"), _transformer_config(num_layers=100_000)),
+    BadInput("transformer config wider than its weights", (), 2,
+             ("num_attention_heads x attention_head_dim says 4096, but its weights hold 32 channels wide",),
+             _transformer_config(num_attention_heads=256)),
     BadInput("extract layer beyond the transformer", ("--framework.cosmos25.extract_layer=4",), 2,
              ("framework.cosmos25.extract_layer=4 is out of range", "4 blocks", "valid range is 0..3")),
     BadInput("backbone width not the transformer's", ("--framework.cosmos25.vl_hidden_dim=2048",
@@ -228,6 +254,10 @@ LATE_ROWS = [
     BadInput("framework not registered", ("--framework.name=QwenGR00T",), 2, ("framework.name", "QwenGR00T")),
     BadInput("garbage pretrained checkpoint", ("--trainer.pretrained_checkpoint={tmp}/weights.pt",), 2,
              ("trainer.pretrained_checkpoint", "weights.pt is not a weights file"), _garbage("weights.pt")),
+    # A pickle whose first op stores an empty stack: the unpickler raised IndexError, a traceback.
+    BadInput("pretrained checkpoint that breaks the unpickler", ("--trainer.pretrained_checkpoint={tmp}/weights.pt",), 2,
+             ("trainer.pretrained_checkpoint", "weights.pt is not a weights file (IndexError"),
+             lambda tmp: (tmp / "weights.pt").write_bytes(b"q\x00.")),
 ]
 
 
@@ -253,3 +283,13 @@ def test_a_good_run_id_is_the_run_folder():
 def test_a_check_made_once_the_model_is_built_writes_nothing(case, tiny_pipeline_dir, tiny_robotwin_root, tmp_path,
                                                               capsys):
     check_bad_input(case, tmp_path, capsys, base_model=tiny_pipeline_dir, data_root=tiny_robotwin_root)
+
+
+def test_a_mixture_file_at_the_entry_bound_is_read(tmp_path):
+    from DiT4DiT.config.errors import ConfigError
+    from DiT4DiT.dataloader.mixtures import MAX_ENTRIES
+    from DiT4DiT.yaml_files import checked_yaml_text
+
+    at_bound = tmp_path / "mix.yaml"
+    at_bound.write_text("".join(f"- {{path: d{i}, weight: 1.0}}\n" for i in range(MAX_ENTRIES[0])))
+    assert checked_yaml_text(at_bound, ConfigError, "mixture file", max_entries=MAX_ENTRIES)

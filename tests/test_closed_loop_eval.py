@@ -8,14 +8,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from DiT4DiT.config.sections import TrainerClosedLoopEvalSection
+from DiT4DiT.process_lifetime import process_state
 from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator
 from DiT4DiT.training.metrics import plot_loss_curve
 from helpers.bad_inputs import BadInput, check_bad_input
@@ -33,6 +37,11 @@ ROWS = [
              ("evaluate_options='--episodes 5'", "--episodes 5 is not a scene option", "--image_size")),
     BadInput("unknown task-side key", (*ON, "--trainer.closed_loop_eval.at_end=later"), 2,
              ("trainer.closed_loop_eval.at_end", "'later' is not one of")),
+    # Taken as given before: a trillion episodes, a million OpenMP threads.
+    BadInput("episodes 1e12", (*ON, "--trainer.closed_loop_eval.episodes=1e12"), 2,
+             ("trainer.closed_loop_eval.episodes", "at most 10000, got 1000000000000")),
+    BadInput("threads 1e6", (*ON, "--trainer.closed_loop_eval.threads=1e6"), 2,
+             ("trainer.closed_loop_eval.threads", "at most 256, got 1000000")),
 ]
 
 
@@ -124,3 +133,108 @@ def test_a_due_step_while_an_evaluation_runs_is_skipped_with_a_line(tmp_path, ca
     finally:
         os.killpg(process.pid, 9)
         process.wait()
+
+
+
+def side_process_tree(tmp_path, *, exit_code: int = 0, summary: str | None = None) -> subprocess.Popen:
+    """A side process as the trainer starts one (a session of its own) with a child, as the real one has its server;
+    it writes `summary` to summary.json and exits `exit_code` at once, or, without a summary, runs until ended."""
+    code = ("import pathlib, subprocess, sys\n"
+            "child = subprocess.Popen(['sleep', '300'])\n"
+            f"pathlib.Path({str(tmp_path / 'child.pid')!r}).write_text(str(child.pid))\n")
+    if summary is not None:
+        code += f"pathlib.Path({str(tmp_path / 'summary.json')!r}).write_text({summary!r})\nsys.exit({exit_code})\n"
+    else:
+        code += "child.wait()\n"
+    (tmp_path / "side_process.log").write_text("")
+    process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "child.pid").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGSTOP, returning once the process is stopped."""
+    os.kill(process.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while process_state(process.pid) != "stopped" and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def gone(session: int, within_s: float = 30) -> bool:
+    deadline = time.monotonic() + within_s
+    while session_members(session) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not session_members(session)
+
+
+GOOD_SUMMARY = {"task": "handle-press-v3", "episodes": 2, "successes": 1, "success_rate": 0.5, "ci95": [0.09, 0.91]}
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("{not json", "is not readable JSON (JSONDecodeError"),
+    ("[1, 2]", "a list, not a map"),
+    (json.dumps({**GOOD_SUMMARY, "ci95": [0.1]}), "'ci95' is [0.1], not two numbers from 0 to 1"),
+    (json.dumps({**GOOD_SUMMARY, "success_rate": float("nan")}), "'success_rate' is nan, not a number from 0 to 1"),
+    (json.dumps({k: v for k, v in GOOD_SUMMARY.items() if k != "episodes"}), "'episodes' is None"),
+])
+def test_a_summary_the_trainer_cannot_read_is_a_line_and_training_goes_on(tmp_path, caplog, text, problem):
+    # A malformed summary.json crashed the trainer with a JSONDecodeError (or KeyError) traceback.
+    recorded = []
+    evaluator = ClosedLoopEvaluator(settings(), tmp_path, 10, recorded.append, wait_limit_s=1)
+    process = side_process_tree(tmp_path, summary=text)
+    evaluator.running = 2, process, tmp_path, time.monotonic()
+    process.wait()
+    with caplog.at_level(logging.WARNING, logger="dit4dit.closed_loop"):
+        evaluator.collect()
+    assert f"closed-loop evaluation of step 2: {tmp_path / 'summary.json'}" in caplog.text
+    assert problem in caplog.text and "no result recorded for that step" in caplog.text
+    assert recorded == [] and evaluator.running is None
+    assert gone(process.pid)  # what it had started is ended too
+
+
+def test_a_killed_side_process_is_named_and_what_it_started_ends(tmp_path, caplog):
+    # Killing the side process orphaned its policy server (7-9 GiB at full size) for good.
+    evaluator = ClosedLoopEvaluator(settings(), tmp_path, 10, [].append, wait_limit_s=1)
+    process = side_process_tree(tmp_path)
+    evaluator.running = 2, process, tmp_path, time.monotonic()
+    process.kill()
+    deadline = time.monotonic() + 30
+    while evaluator.running is not None and time.monotonic() < deadline:
+        with caplog.at_level(logging.WARNING, logger="dit4dit.closed_loop"):
+            evaluator.collect()
+        time.sleep(0.1)
+    assert "closed-loop evaluation of step 2 failed (killed by SIGKILL)" in caplog.text
+    assert gone(process.pid)
+
+
+def test_a_stopped_side_process_is_ended_past_its_timeout_and_the_next_evaluation_starts(tmp_path, caplog):
+    # A side process stopped by SIGSTOP was "still running" for the rest of the run: no evaluation again, and at
+    # the end the trainer waited for it forever.
+    evaluator = ClosedLoopEvaluator(settings(timeout_s=1), tmp_path, 10, [].append, wait_limit_s=1)
+    process = side_process_tree(tmp_path)
+    stop(process)
+    started = []
+    evaluator.start = started.append  # the next evaluation, as step() starts it
+    evaluator.running = 2, process, tmp_path, time.monotonic() - 2
+    with caplog.at_level(logging.WARNING, logger="dit4dit.closed_loop"):
+        evaluator.step(4)
+    assert re.search(r"closed-loop evaluation of step 2 ended after \d+ s, past trainer.closed_loop_eval.timeout_s=1 "
+                     rf"\(side process pid {process.pid} stopped\)", caplog.text), caplog.text
+    assert gone(process.pid) and started == [4]
+
+
+@pytest.mark.parametrize("at_end", ["cancel", "wait"])
+def test_the_end_of_a_run_never_waits_for_a_stopped_side_process(tmp_path, at_end):
+    evaluator = ClosedLoopEvaluator(settings(at_end=at_end), tmp_path, 4, [].append, wait_limit_s=1)
+    process = side_process_tree(tmp_path)
+    stop(process)
+    evaluator.running = 4, process, tmp_path, time.monotonic()
+    closing = threading.Thread(target=evaluator.close, daemon=True)
+    closing.start()
+    closing.join(timeout=120)  # SIGTERM cannot end a stopped process: SIGKILL after the grace does
+    try:
+        assert not closing.is_alive() and gone(process.pid)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)

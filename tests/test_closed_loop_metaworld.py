@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -489,3 +490,104 @@ def test_training_logs_closed_loop_success_rates_from_a_side_process(demos, tiny
     assert "waiting for the closed-loop evaluation of step 2" in output
     plot = Image.open(run / "loss_curve.png")
     assert plot.size[1] > 600  # two panels (one is 440 pixels high)
+
+
+def closed_loop_run(demo_ckpt: Path, root: Path) -> Path:
+    """A run folder whose step-2 checkpoint is the demos run's (links), for a side process to evaluate."""
+    run = root / "run"
+    run.mkdir()
+    for name in ("checkpoints", "config.yaml", "dataset_statistics.json"):
+        (run / name).symlink_to(demo_ckpt.parents[1] / name)
+    return run
+
+
+def side_process_settings():
+    from DiT4DiT.config.sections import TrainerClosedLoopEvalSection
+
+    # Long enough to be killed mid-way: 200 episodes over two simulator processes.
+    return TrainerClosedLoopEvalSection(interval=2, task=TASK, episodes=200, max_steps=150, num_envs=2,
+                                        python=str(SIM_PYTHON), evaluate_options=f"--image_size {SIZE}")
+
+
+def running(pid: int) -> bool:
+    from DiT4DiT.process_lifetime import process_state
+
+    return process_state(pid) not in ("state unknown", "a zombie")
+
+
+def wait_for_episodes(run: Path, tree_of: int) -> list[int]:
+    """The processes below `tree_of` once both simulator processes talk to the server (side process, server,
+    evaluation, its two environment processes)."""
+    from helpers.cli_runs import descendants
+
+    server_log = run / "closed_loop" / "steps_2" / "server.log"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if server_log.is_file() and server_log.read_text(errors="replace").count("opened") >= 2:
+            return descendants(tree_of)
+        time.sleep(0.5)
+    raise AssertionError(f"the episodes did not start:\n{server_log.read_text(errors='replace')[-2000:]}")
+
+
+def all_end(pids: list[int], within_s: float = 60) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [pid for pid in pids if running(pid)]
+
+
+@pytest.mark.slow
+def test_killing_the_trainer_ends_its_side_process_server_and_simulators(demo_ckpt, tmp_path):
+    # Before, a killed trainer left its side process, the policy server (7-9 GiB at full size) and the simulators
+    # running until someone found them.
+    run = closed_loop_run(demo_ckpt, tmp_path)
+    trainer = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, sys, time\n"
+        "sys.path[:0] = ['tests']\n"
+        "from test_closed_loop_metaworld import side_process_settings\n"
+        "from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator\n"
+        f"ClosedLoopEvaluator(side_process_settings(), pathlib.Path({str(run)!r}), 2, print, 60).start(2)\n"
+        "time.sleep(900)\n")], cwd=ROOT, env=env())
+    tree = []
+    try:
+        tree = wait_for_episodes(run, trainer.pid)
+        assert len(tree) >= 5, tree  # nice/side process, server, evaluation, two environment processes
+        trainer.kill()
+        trainer.wait()
+        assert not all_end(tree)
+    finally:
+        trainer.kill()
+        for pid in filter(running, tree):
+            os.kill(pid, 9)
+
+
+@pytest.mark.slow
+def test_a_killed_side_process_is_named_and_its_server_and_simulators_end(demo_ckpt, tmp_path, caplog):
+    import logging
+    import signal
+
+    from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator
+    from helpers.cli_runs import descendants
+
+    run = closed_loop_run(demo_ckpt, tmp_path)
+    evaluator = ClosedLoopEvaluator(side_process_settings(), run, 2, print, 60)
+    tree = []
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env().items():
+            patch.setenv(name, value)
+        evaluator.start(2)
+    side = evaluator.running[1]
+    try:
+        tree = wait_for_episodes(run, side.pid)
+        assert len(tree) >= 4, tree
+        side.send_signal(signal.SIGKILL)
+        with caplog.at_level(logging.WARNING, logger="dit4dit.closed_loop"):
+            deadline = time.monotonic() + 60
+            while evaluator.running is not None and time.monotonic() < deadline:
+                evaluator.collect()
+                time.sleep(0.2)
+        assert not all_end(tree)
+        assert "closed-loop evaluation of step 2 failed (killed by SIGKILL)" in caplog.text
+    finally:
+        for pid in filter(running, [side.pid, *tree, *descendants(side.pid)]):
+            os.kill(pid, 9)

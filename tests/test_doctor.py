@@ -14,7 +14,8 @@ import pytest
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
 from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
-from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_process, fake_npu_smi
+from helpers.in_process import call_main
+from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_env, doctor_process, fake_npu_smi
 from helpers.sections import run_sections
 
 
@@ -293,3 +294,26 @@ def test_cann_python_packages_must_import_on_npu_hosts():
     # This CPU environment lacks CANN's packages (they are pinned in requirements-npu.txt only).
     assert npu["cann_python"].startswith("FAIL") and "decorator (ModuleNotFoundError" in npu["cann_python"]
     assert "pip install -r requirements-npu.txt" in npu["cann_python"]
+
+
+@pytest.mark.parametrize("given", ["inf", "1e30", "1e309", "nan", "0", "-60"])
+def test_a_device_memory_outside_its_range_is_refused_naming_it(given):
+    # inf, 1e30 and 1e309 said any run fits; nan gave a FAIL that meant nothing.
+    from DiT4DiT.doctor.checks import main
+
+    result = call_main(main, ["--config_yaml", str(TINY_YAML), "--device_memory_gib", given], doctor_env(None, {}))
+    assert result.returncode == 2, result.stdout
+    (line,) = result.stderr.strip().splitlines()[-1:]
+    shown = f"{float(given):g}"
+    assert f"--device_memory_gib {shown}: expected the free memory of one device in GiB, more than 0 and at most " \
+           "1024" in line, result.stderr
+    assert not result.stdout  # no check ran
+
+
+@pytest.mark.parametrize("given", ["100000000000000000000", "0"])
+def test_the_launcher_refuses_the_same_device_memory(given):
+    from helpers.launcher_runs import plan
+
+    result = plan("--dry-run", f"--device_memory_gib={given}", layout=None)
+    assert result.returncode == 2
+    assert f"--device_memory_gib {float(given):g}: expected the free memory of one device" in result.stderr

@@ -99,3 +99,22 @@ def test_existing_folder_is_kept_without_overwrite(tmp_path, capsys):
     (tmp_path / "out" / "keep").write_text("x")
     assert tool.main(["--out", str(tmp_path / "out"), "--size", "test"]) == 2
     assert "--overwrite" in capsys.readouterr().err and (tmp_path / "out" / "keep").read_text() == "x"
+
+
+
+def test_overwrite_never_deletes_a_folder_the_tool_did_not_write(tmp_path, capsys):
+    # --overwrite deleted any folder holding model_index.json (a real downloaded snapshot) and wrote random
+    # weights in its place.
+    snapshot = tmp_path / "Cosmos-Predict2.5-2B"
+    (snapshot / "transformer").mkdir(parents=True)
+    (snapshot / "model_index.json").write_text('{"_class_name": "Cosmos2_5_PredictBasePipeline"}')
+    (snapshot / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(b"downloaded weights")
+    assert tool.main(["--out", str(snapshot), "--size", "test", "--overwrite"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--out {snapshot} holds files but no .written_by naming full_size_cosmos" in line
+    assert "will not delete it" in line
+    assert (snapshot / "transformer" / "diffusion_pytorch_model.safetensors").read_bytes() == b"downloaded weights"
+
+
+def test_the_folder_it_writes_names_the_tool(test_size_folder):
+    assert (test_size_folder / ".written_by").read_text() == "full_size_cosmos\n"

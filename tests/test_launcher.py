@@ -425,3 +425,16 @@ def test_two_nodes_without_an_interface_use_the_route_to_machine_0_or_are_refuse
     assert refused.returncode == 2
     assert ("2 machines need the network interface for collectives: pass --net_if=NAME (or DIT4DIT_NET_IF=NAME); "
             "`ip route get 10.0.0.1` names no interface (RTNETLINK answers: Network is unreachable)") in refused.stderr
+
+
+def test_a_launch_config_beyond_the_yaml_bounds_is_refused_before_anything_reads_it_whole(tmp_path):
+    # A 3 GB sparse --launch_config was read whole (the memory plan's ZeRO stage, then accelerate).
+    with open(tmp_path / "huge.yaml", "wb") as huge:
+        huge.truncate(3 * 2**30)
+    result = plan("--dry-run", f"--launch_config={tmp_path / 'huge.yaml'}", layout=None)
+    assert result.returncode == 2, result.stderr
+    assert "huge.yaml: 3,221,225,472 bytes, more than the 4 MiB a launch config (an accelerate config file) may have" \
+        in result.stderr
+    (tmp_path / "list.yaml").write_text("- a\n")
+    listed = plan("--dry-run", f"--launch_config={tmp_path / 'list.yaml'}", layout=None)
+    assert listed.returncode == 2 and "list.yaml: the file is a list" in listed.stderr

@@ -17,7 +17,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "DiT4DiT"
 LAYERS = [
     {"facts", "errors", "atomic_files", "yaml_files", "logging_setup", "requirements_check", "cosmos_2b",
-     "pipeline_shape", "pipeline_folder", "safetensors_header"},
+     "process_lifetime", "pipeline_shape", "pipeline_folder", "safetensors_header"},
     {"config"},
     {"dataloader", "model"},
     {"output_paths"},

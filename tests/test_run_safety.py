@@ -65,6 +65,18 @@ def test_move_old_run_moves_everything_but_the_log_and_lock(tmp_path, caplog):
     assert not (run / "run.lock").exists()
 
 
+def test_move_old_run_never_moves_a_run_through_a_link_to_another_folder(tmp_path):
+    # A run id that is a link to a sibling moved the sibling's run aside (and the new run trained in its folder).
+    sibling = finished_run(tmp_path / "exp_b")
+    before = sorted(p.name for p in sibling.iterdir())
+    (tmp_path / "exp_a").symlink_to("exp_b")
+    with pytest.raises(run_dir.RunDirError, match=r"exp_a is a symbolic link to exp_b; --trainer.move_old_run would "
+                                                 r"move the run in that folder .* nothing was moved"):
+        run_dir.claim_run_dir(tmp_path / "exp_a", is_resume=False, move_aside=True)
+    assert sorted(p.name for p in sibling.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp_a", "exp_b"]
+
+
 def test_a_live_lock_keeps_a_second_run_out(tmp_path):
     lock = run_dir.claim_run_dir(tmp_path / "run", is_resume=False, move_aside=False)
     record = json.loads((tmp_path / "run/run.lock").read_text())

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
@@ -308,3 +309,84 @@ def test_sigterm_during_a_forward_exits_cleanly(tiny_ckpt):
             thread.join(timeout=60)
     assert process.returncode == 0, "".join(lines) + rest
     assert "stopped" in rest and "terminate called" not in rest
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_server_after_a_window_of_two_frame_sizes(tiny_ckpt):
+    # Two robots' frames in one window ended the model thread holding a batch it had taken from the queue; SIGTERM
+    # then waited forever for those requests' connections (nothing would ever answer them).
+    with served(tiny_ckpt, "--max_wait_ms", "3000", "--max_forward_batch", "8") as (process, port, lines):
+        connections = []
+        for k, width in enumerate((96, 64, 96, 64)):
+            ws = connect(f"ws://127.0.0.1:{port}", proxy=None, open_timeout=60)
+            ws.recv(timeout=60)
+            connections.append(ws)
+        for k, ws in enumerate(connections):
+            image = np.zeros((32, (96, 64)[k % 2], 3), np.uint8)
+            ws.send(raw_pack({"examples": [example(k, image=[image])], "request_id": f"r{k}"}))
+        answered = []
+        for ws in connections:
+            try:
+                answered.append(raw_unpack(ws.recv(timeout=120))["ok"])
+            except TimeoutError:
+                answered.append(None)
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, rest = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            rest = "(still running 60 s after SIGTERM)"
+    assert process.returncode == 0, "".join(lines) + rest
+    assert answered == [True] * 4, answered
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--max_message_mb", "-1", "--max_message_mb -1: must be 0.1 to 65536 MiB"),
+    ("--max_message_mb", "0", "--max_message_mb 0: must be 0.1 to 65536 MiB"),  # 0 meant the default before
+    ("--max_message_mb", "1e-9", "--max_message_mb 1e-09: must be 0.1 to 65536 MiB"),
+    ("--max_message_mb", "nan", "--max_message_mb nan: must be 0.1 to 65536 MiB"),
+    ("--idle_timeout", "nan", "--idle_timeout nan: must be -1 (never) or more than 0 and at most 2.592e+06 seconds"),
+    ("--idle_timeout", "0", "--idle_timeout 0: must be -1 (never)"),
+    ("--request_timeout_s", "inf", "--request_timeout_s inf: must be more than 0 and at most 86400"),
+    ("--request_timeout_s", "-5", "--request_timeout_s -5: must be more than 0"),
+    ("--owner_pid", "0", "--owner_pid 0: no such process"),
+])
+def test_an_option_outside_its_range_is_one_line_naming_it_and_the_range(tiny_ckpt, option, value, message):
+    from DiT4DiT.serving.server import main
+
+    result = call_main(main, ["--ckpt", str(tiny_ckpt), "--port", "0", "--device", "cpu", option, value],
+                       dict(os.environ))
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith(f"error: {message}"), result.stderr
+
+
+@pytest.mark.slow
+def test_a_server_started_for_one_run_exits_when_its_owner_ends(tiny_ckpt):
+    # What the closed-loop side process starts: before, a server whose starter was killed served (and held its
+    # memory: 7-9 GiB at full size) until someone killed it.
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        with served(tiny_ckpt, "--owner_pid", str(owner.pid)) as (process, port, lines):
+            with PolicyClient("127.0.0.1", port, wait_s=30) as client:
+                assert client.ping()
+            owner.kill()
+            owner.wait()
+            _, rest = process.communicate(timeout=60)
+    finally:
+        owner.kill()
+    assert process.returncode == 0, "".join(lines) + rest
+    assert f"the process that started this server (--owner_pid {owner.pid}) has ended: stopping" in rest
+
+
+def test_a_base_model_whose_config_does_not_match_its_weights_is_one_line(tiny_ckpt, tiny_pipeline_dir, tmp_path):
+    # num_layers: 100000 built 100,000 blocks before any weight loaded: past 4 GB, then a bad_alloc traceback.
+    from DiT4DiT.serving.server import main
+
+    hostile = tmp_path / "Cosmos-hostile"
+    shutil.copytree(tiny_pipeline_dir, hostile)
+    config = hostile / "transformer" / "config.json"
+    config.write_text(config.read_text().replace('"num_layers": 4', '"num_layers": 100000'))
+    result = call_main(main, ["--ckpt", str(tiny_ckpt), "--base_model", str(hostile), "--port", "0", "--device", "cpu"],
+                       dict(os.environ))
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert f"{config}: num_layers says 100000, but its weights hold 4 transformer blocks" in line

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,8 @@ import pytest
 
 from DiT4DiT.evaluation import open_loop
 from DiT4DiT.tools import export_checkpoint, modality, tiny_cosmos, tiny_dataset, tiny_robotwin
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def device(tmp: Path) -> Path:
@@ -108,7 +112,7 @@ ROWS = [
     Out("tiny_cosmos to a file", tiny_cosmos.main, ("--out", "{out}", "--overwrite"), regular_file,
         ("file is a regular file", "must be a folder")),
     Out("tiny_cosmos over a folder it did not write", tiny_cosmos.main, ("--out", "{out}", "--overwrite"), foreign_folder,
-        ("holds files but no model_index.json", "will not delete it")),
+        ("holds files but no .written_by naming tiny_cosmos", "will not delete it")),
     Out("tiny_cosmos into a dataset", tiny_cosmos.main, ("--out", "{out}"), in_dataset_folder,
         ("lies inside the LeRobot dataset",)),
     Out("tiny_dataset to a device node", tiny_dataset.main, ("--data_config", "robotwin", "--out", "{out}", "--overwrite"),
@@ -163,3 +167,29 @@ def test_a_new_path_and_a_regular_file_are_written(tiny_robotwin_root, tmp_path,
     for out in (tmp_path / "new.json", regular_file(tmp_path)):
         assert modality.main([str(tmp_path / "dataset"), "--data_config", "robotwin", "--out", str(out)]) == 0
         assert out.read_text().startswith("{")
+
+
+@pytest.mark.slow
+def test_a_kill_between_the_renames_keeps_the_old_folder(tmp_path):
+    # The old folder was removed before the new one was renamed in: a kill between the two left neither.
+    out = tmp_path / "Cosmos-Predict2.5-tiny"
+    assert tiny_cosmos.main(["--out", str(out)]) == 0
+    (out / "mine.txt").write_text("the folder before")
+    killed = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "kill_during_replace.py"),
+                             "DiT4DiT.tools.tiny_cosmos", "--out", str(out), "--overwrite", "--seed", "1"],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                            timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    kept = [path for path in tmp_path.iterdir() if (path / "mine.txt").is_file()]
+    assert [(path / "mine.txt").read_text() for path in kept] == ["the folder before"], sorted(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_tiny_cosmos_replaces_its_own_folder_from_before_the_marker(tmp_path):
+    # `make tiny-assets` rewrites playground's tiny pipeline whenever the tool changes: folders it wrote before it
+    # marked them (no .written_by) are known by their tiny sizes.
+    out = tmp_path / "Cosmos-Predict2.5-tiny"
+    assert tiny_cosmos.main(["--out", str(out)]) == 0
+    (out / ".written_by").unlink()
+    assert tiny_cosmos.main(["--out", str(out), "--overwrite"]) == 0
+    assert (out / ".written_by").read_text() == "tiny_cosmos\n"

@@ -220,18 +220,24 @@ class TrainerClosedLoopEvalSection:
     interval: int = key(0, "closed-loop success rate every n optimizer steps, on the checkpoint saved then, by a side "
                         "process while training goes on (0 = off; a multiple of save_interval)", min=0)
     task: str = key("handle-press-v3", "Meta-World v3 task it evaluates")
-    episodes: int = key(10, "episodes per evaluation (seeds seed..seed+episodes-1, the same at every step)", min=1)
+    episodes: int = key(10, "episodes per evaluation (seeds seed..seed+episodes-1, the same at every step)", min=1,
+                        max=10_000, why="each is a simulator run of up to max_steps steps; 10,000 of 150 steps take "
+                        "days on a CPU")
     max_steps: int = key(150, "env steps before an episode counts as a failure", min=1)
     seed: int = key(1000, "seed of the first episode (collect's demos use 0..)", min=0)
     num_envs: int = key(1, "simulator processes of one evaluation", min=1)
     device: EvaluationDevice = key(
         "cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device")
-    threads: int = key(1, "OMP_NUM_THREADS of the side process (its server and simulators)", min=1)
+    threads: int = key(1, "OMP_NUM_THREADS of the side process (its server and simulators)", min=1, max=256,
+                       why="OpenMP threads beyond a node's cores only contend with training")
     python: str | None = key(None, "Python of the simulator environment (default: this checkout's "
                              ".venv-metaworld/bin/python, `make sim-env`)")
     evaluate_options: str | None = key("", "scene options as `metaworld collect` got them, e.g. '--image_size 32'")
     at_end: Literal["wait", "cancel"] = key("wait", "the evaluation still running when training ends: wait for it, or "
                                             "cancel it")
+    timeout_s: float = key(3600.0, "longest one evaluation may run: past it the side process, its server and "
+                           "simulators are ended with a line, and the next due step starts a new one", min=1.0,
+                           max=7 * 86_400.0)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ class MixtureEntry(NamedTuple):
 
 MIXTURE_FILE_SUFFIXES = (".yaml", ".yml")
 MAX_WEIGHT = 1000.0  # visits per epoch; larger (or .inf) overflows the sampler's counts
+# Datasets in one mixture file: every start indexes (or checks the cached index of) each, and the largest real
+# mixtures have hundreds; a 100,000-entry file is a generated mistake, not a mixture.
+MAX_ENTRIES = 10_000, "every start indexes each dataset; merge datasets or split the run"
 ENTRY_KEYS = ("path", "weight", "data_config")
 
 
@@ -136,7 +139,7 @@ def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry
 
 def _mixture_file(path: Path, data_config: str) -> list[MixtureEntry]:
     try:
-        items = yaml.safe_load(checked_yaml_text(path, ConfigError, "mixture file"))
+        items = yaml.safe_load(checked_yaml_text(path, ConfigError, "mixture file", max_entries=MAX_ENTRIES))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: mixture file cannot be read ({exc}); write a YAML list of "
                           "{path, weight, data_config}") from exc

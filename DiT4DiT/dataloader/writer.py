@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import shutil
 import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
@@ -23,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from DiT4DiT.atomic_files import replace_folder
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.errors import UsageError
 
@@ -292,7 +292,5 @@ def write_dataset(target: Path, columns: Columns, content: list[Episode], instru
             (meta / "modality.json").write_text(json.dumps(modality(columns), indent=4))
         else:
             (meta / "stats.json").write_text(json.dumps(stats(content), indent=4))
-        if target.exists():
-            shutil.rmtree(target)
-        folder.rename(target)
+        replace_folder(folder, target)
     return target

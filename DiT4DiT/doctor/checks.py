@@ -528,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num_processes must be at least 1")
     if args.num_machines < 1:
         parser.error("--num_machines must be at least 1")
+    if args.device_memory_gib is not None and memory_plan.device_memory_problem(args.device_memory_gib):
+        parser.error(memory_plan.device_memory_problem(args.device_memory_gib))
     return run_main(lambda: report(Doctor(args, dict(os.environ)).run()))
 
 

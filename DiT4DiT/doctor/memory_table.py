@@ -12,7 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from DiT4DiT.errors import run_main
+from DiT4DiT.errors import UsageError, run_main
+from DiT4DiT.pipeline_folder import pipeline_folder_problems
 
 PROG = "python -m DiT4DiT.doctor.memory_table"
 
@@ -29,6 +30,9 @@ def table(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.base_model:
             base_model = Path(args.base_model)
+            problems = pipeline_folder_problems(base_model)
+            if problems:  # an empty folder gave a traceback, or a table without weights to count
+                raise UsageError(f"--base_model {base_model}: {problems[0]}")
         else:
             from DiT4DiT.tools.full_size_cosmos import write_shapes_only
 

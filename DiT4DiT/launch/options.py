@@ -98,6 +98,11 @@ def _check(name: str, value) -> str:
         raise UsageError(f"--{name}={value}: expected a positive integer")
     if name == "device_memory_gib" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
         raise UsageError(f"--device_memory_gib={value}: expected a number of GiB, e.g. 60")
+    if name == "device_memory_gib":
+        from DiT4DiT.memory_plan import device_memory_problem
+
+        if device_memory_problem(float(value)):
+            raise UsageError(device_memory_problem(float(value)))
     if name == "device" and value not in KINDS:
         raise UsageError(f"--device={value}: expected one of {', '.join(KINDS)}")
     if name == "hccl_zero_copy" and value not in ("0", "1"):

@@ -246,6 +246,10 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
         raise UsageError(f"config {config_yaml} not found ({shown['config_yaml'][1]})")
     if not in_repo(launch_config).is_file():
         problems.append(f"launch config {launch_config} not found ({shown['launch_config'][1]})")
+    else:
+        from DiT4DiT.memory_plan import read_launch_config
+
+        read_launch_config(launch_config)  # bounded: accelerate would read any size whole
     config = values.resolve(str(in_repo(config_yaml)), opts.forwarded, option_names())
 
     per_node, machines, rank = (int(shown[n][0]) for n in ("num_processes", "num_machines", "machine_rank"))

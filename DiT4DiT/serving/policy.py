@@ -175,6 +175,10 @@ def _frames(value, where: str, max_frames: int) -> list[np.ndarray]:
         if frame.dtype.kind == "f" and not np.isfinite(frame).all():
             raise RequestError(f"{where}.image[{position}] holds NaN or infinite values; send uint8 (0-255) or finite "
                                "float (0-1) pixels")
+        # The model would read a float frame whose maximum is above 1 as 0-255 (1.0001 becomes a black image).
+        if frame.dtype.kind == "f" and frame.size and not 0.0 <= frame.min() <= frame.max() <= 1.0:
+            raise RequestError(f"{where}.image[{position}] holds float pixels from {frame.min():g} to {frame.max():g}; "
+                               "float pixels lie in 0..1 (send 0-255 images as uint8)")
     return frames
 
 

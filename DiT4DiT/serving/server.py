@@ -13,6 +13,12 @@ request_id, error: {message}}` and the connection stays open. One model thread r
 connections: those waiting together (several clients, or several examples in one request) go through one forward
 of at most --max_forward_batch examples (serving/batching.py), and each reply carries only its own rows. An
 example's optional "seed" fixes its noise, so its actions are the same alone or batched.
+
+For supervisors: `GET /healthz` on the same port (plain HTTP, no token) answers 200 `ok` while the model thread is
+alive and nothing has waited longer than --request_timeout_s, 503 with the reason otherwise. A request not answered
+within --request_timeout_s gets an error reply. If the model thread ends, the server stops accepting, answers every
+waiting request with an error, says why in one line and exits 1, so that a supervisor restarts it. With
+--owner_pid it stops when that process ends (a server started for one run, e.g. by the closed-loop side process).
 """
 
 from __future__ import annotations
@@ -28,16 +34,18 @@ import signal
 import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 import numpy as np
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
-from DiT4DiT.errors import run_main
+from DiT4DiT import process_lifetime
+from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV
 from DiT4DiT.serving import wire
-from DiT4DiT.serving.batching import Batcher, QueueFull, ServerStopping
+from DiT4DiT.serving.batching import Batcher, QueueFull, RequestTimedOut, ServerStopping
 from DiT4DiT.serving.device import DEVICE_CHOICES
 from DiT4DiT.serving.policy import Policy, RequestError
 
@@ -54,6 +62,20 @@ MAX_WAIT_MS = 5.0
 MAX_QUEUE = 64
 # Refused connections (no or wrong token) are logged at most once per this many seconds, with a count.
 REFUSAL_LOG_INTERVAL_S = 10.0
+# A request's longest wait for its answer: generous, so that only a stuck or hopelessly overloaded model hits it
+# (a full-size forward on a CPU takes tens of seconds; on a device well under one).
+REQUEST_TIMEOUT_S = 300.0
+MAX_REQUEST_TIMEOUT_S = 86_400.0
+HEALTH_PATH = "/healthz"
+# When the server stops: how long the replies already answered get to leave before the connections close.
+REPLY_GRACE_S = 5.0
+# --max_message_mb: from a tenth of a MiB (a tiny model's request is ~10 KB) to 64 GiB.
+MESSAGE_MB_RANGE = (0.1, 65_536.0)
+MAX_IDLE_TIMEOUT_S = 30 * 86_400.0
+
+
+class ServerFailed(DiT4DiTError):
+    """The server cannot go on serving (its model thread ended): exit 1, so that a supervisor restarts it."""
 
 
 def is_loopback(host: str) -> bool:
@@ -83,45 +105,58 @@ class PolicyServer:
     def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 10093, *,
                  max_message_bytes: int | None = None, idle_timeout: float = -1, token: str | None = None,
                  max_forward_batch: int = MAX_FORWARD_BATCH, max_wait_ms: float = MAX_WAIT_MS,
-                 max_queue: int = MAX_QUEUE):
+                 max_queue: int = MAX_QUEUE, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 owner_pid: int | None = None):
         self.policy = policy
         self.host, self.port = host, port
+        self.owner_pid = owner_pid
         # Default: the largest request the model's bounds allow (larger frames close with 1009).
         self.max_message_bytes = max_message_bytes or policy.shape.max_message_bytes()
         self.idle_timeout = idle_timeout
         self._token = token or None
         self._metadata = wire.pack(policy.metadata())
         self._batcher = Batcher(policy.infer, max_forward_batch=max_forward_batch, max_wait_s=max_wait_ms / 1e3,
-                                max_queue=max_queue)
+                                max_queue=max_queue, request_timeout_s=request_timeout_s,
+                                on_death=self._model_thread_ended)
         self._refusals = RefusalLog(REFUSAL_LOG_INTERVAL_S)
         self._last_message = time.monotonic()
+        self._answering = 0  # requests received whose reply has not been sent yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
+        self.failure: str | None = None  # why the server could not go on (run() raises ServerFailed with it)
 
     async def run(self, on_ready=None) -> None:
-        """Serve until stop() (or SIGTERM/SIGINT when installed); on_ready(port) once listening."""
+        """Serve until stop() (or SIGTERM/SIGINT when installed, or the owner's end); on_ready(port) once
+        listening. ServerFailed when the model thread ended."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._batcher.start(self._loop)
         async with serve(self._connection, self.host, self.port, compression=None, max_size=self.max_message_bytes,
-                         max_queue=QUEUED_FRAMES, process_request=self._check_token) as server:
+                         max_queue=QUEUED_FRAMES, process_request=self._process_request) as server:
             self.port = server.sockets[0].getsockname()[1]
             if not is_loopback(self.host):
                 log.warning("listening on %s: beyond this machine, anyone who can reach port %d can use the model%s",
                             self.host, self.port, "" if self._token else "; pass --token to require a shared token")
-            log.info("serving %s on ws://%s:%d%s", type(self.policy.model).__name__, self.host, self.port,
-                     " (token required)" if self._token else "")
+            log.info("serving %s on ws://%s:%d%s (health: http://%s:%d%s)", type(self.policy.model).__name__,
+                     self.host, self.port, " (token required)" if self._token else "", self.host, self.port,
+                     HEALTH_PATH)
             if on_ready is not None:
                 on_ready(self.port)
-            watchdog = asyncio.ensure_future(self._idle_watchdog()) if self.idle_timeout > 0 else None
+            watchers = [asyncio.ensure_future(self._idle_watchdog())] if self.idle_timeout > 0 else []
+            if self.owner_pid is not None:
+                watchers.append(asyncio.ensure_future(self._owner_watchdog()))
             await self._stopping.wait()
-            if watchdog is not None:
-                watchdog.cancel()
+            for watcher in watchers:
+                watcher.cancel()
+            server.server.close()  # accept nothing more
             # Requests waiting or in a forward are answered now: stopping never waits for the model.
             self._batcher.stop()
+            await self._replies_sent(REPLY_GRACE_S)
             server.close()
             await server.wait_closed()
         self._refusals.flush()
+        if self.failure is not None:
+            raise ServerFailed(self.failure)
         log.info("stopped")
 
     def stop(self) -> None:
@@ -133,6 +168,24 @@ class PolicyServer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(signum, self._stopping.set)
 
+    def _model_thread_ended(self, error: BaseException | None) -> None:
+        """On the loop: the model thread ended without stop(). Stop; run() then raises ServerFailed."""
+        cause = f"{type(error).__name__}: {error}" if error is not None else "it returned"
+        self.failure = (f"the model thread stopped ({cause}); the waiting requests were answered with an error. "
+                        "Exiting 1 so that a supervisor restarts the server")
+        self._stopping.set()
+
+    async def _replies_sent(self, grace_s: float) -> None:
+        """Wait (at most grace_s) until every request received has had its reply sent."""
+        deadline = time.monotonic() + grace_s
+        while self._answering and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def _owner_watchdog(self) -> None:
+        await process_lifetime.until_ended(self.owner_pid)
+        log.info("the process that started this server (--owner_pid %d) has ended: stopping", self.owner_pid)
+        self._stopping.set()
+
     async def _idle_watchdog(self) -> None:
         while True:
             await asyncio.sleep(min(5.0, self.idle_timeout))
@@ -140,6 +193,14 @@ class PolicyServer:
                 log.info("no request for %ss (--idle_timeout): stopping", self.idle_timeout)
                 self._stopping.set()
                 return
+
+    def _process_request(self, connection: ServerConnection, request):
+        """Before the handshake: GET /healthz is answered here (no token: it tells only the state); other requests
+        go on to the token check."""
+        if urlsplit(request.path).path == HEALTH_PATH:
+            problem = self._batcher.health()
+            return connection.respond(200, "ok\n") if problem is None else connection.respond(503, f"{problem}\n")
+        return self._check_token(connection, request)
 
     def _check_token(self, connection: ServerConnection, request):
         """Before the handshake completes: with a token, refuse (401) a connection that lacks it."""
@@ -163,7 +224,11 @@ class PolicyServer:
             await websocket.send(self._metadata)
             async for frame in websocket:
                 self._last_message = time.monotonic()
-                await websocket.send(self._packed(await self._guarded_answer(frame, peer)))
+                self._answering += 1
+                try:
+                    await websocket.send(self._packed(await self._guarded_answer(frame, peer)))
+                finally:
+                    self._answering -= 1
         except websockets.ConnectionClosed as closed:
             log.info("connection from %s closed: %s", peer, closed)
             return
@@ -212,7 +277,7 @@ class PolicyServer:
             return error_reply("inference_result", request_id, str(error))
         try:
             data, timing = await self._batcher.submit(examples)
-        except (QueueFull, ServerStopping) as error:
+        except (QueueFull, ServerStopping, RequestTimedOut) as error:
             log.warning("request %s from %s not run: %s", request_id, peer, error)
             return error_reply("inference_result", request_id, str(error))
         except Exception as error:  # the model's own error goes back to the client; the server keeps serving
@@ -307,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="larger frames close the connection with code 1009 (message too big); default: the "
                              "largest request --max_batch examples of the model's views and frames make")
     parser.add_argument("--idle_timeout", type=float, default=-1, help="stop after this many idle seconds; -1 never")
+    parser.add_argument("--request_timeout_s", type=float, default=REQUEST_TIMEOUT_S,
+                        help="a request not answered within this many seconds gets an error reply, and /healthz "
+                             f"answers 503 while the model has not answered for longer (default {REQUEST_TIMEOUT_S:g}: "
+                             "generous, a full-size forward on a CPU takes tens of seconds)")
+    parser.add_argument("--owner_pid", type=int, default=None,
+                        help="stop when the process with this id ends (a server started for one run: the closed-loop "
+                             "side process passes the trainer's)")
     return parser
 
 
@@ -317,6 +389,18 @@ def option_problem(args) -> str | None:
             return f"--{name} {getattr(args, name)}: must be at least 1"
     if not 0 <= args.max_wait_ms <= 10_000:
         return f"--max_wait_ms {args.max_wait_ms:g}: must be 0 to 10000"
+    low, high = MESSAGE_MB_RANGE
+    if args.max_message_mb is not None and not low <= args.max_message_mb <= high:
+        return (f"--max_message_mb {args.max_message_mb:g}: must be {low:g} to {high:g} MiB (leave it out for the "
+                "largest request the model's bounds allow)")
+    if args.idle_timeout != -1 and not 0 < args.idle_timeout <= MAX_IDLE_TIMEOUT_S:
+        return (f"--idle_timeout {args.idle_timeout:g}: must be -1 (never) or more than 0 and at most "
+                f"{MAX_IDLE_TIMEOUT_S:g} seconds")
+    if not 0 < args.request_timeout_s <= MAX_REQUEST_TIMEOUT_S:
+        return (f"--request_timeout_s {args.request_timeout_s:g}: must be more than 0 and at most "
+                f"{MAX_REQUEST_TIMEOUT_S:g}")
+    if args.owner_pid is not None and (args.owner_pid < 1 or not process_lifetime.alive(args.owner_pid)):
+        return f"--owner_pid {args.owner_pid}: no such process (the owner must be running when the server starts)"
     if args.token is not None and not (args.token.isascii() and args.token.isprintable()):
         return (f"the token (--token or ${wire.TOKEN_ENV}) holds characters other than printable ASCII; it travels "
                 "in an HTTP header, so pick one of letters, digits and punctuation")
@@ -343,7 +427,7 @@ def serve_policy(args: argparse.Namespace) -> None:
     limit = int(args.max_message_mb * (1 << 20)) if args.max_message_mb else None
     server = PolicyServer(policy, args.host, args.port, max_message_bytes=limit, idle_timeout=args.idle_timeout,
                           token=args.token, max_forward_batch=args.max_forward_batch, max_wait_ms=args.max_wait_ms,
-                          max_queue=args.max_queue)
+                          max_queue=args.max_queue, request_timeout_s=args.request_timeout_s, owner_pid=args.owner_pid)
 
     async def serve_until_signal():
         await server.run(on_ready=lambda port: server.install_signal_handlers())

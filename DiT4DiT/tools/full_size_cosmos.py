@@ -195,7 +195,7 @@ def write_full_size_pipeline(out: str | Path, size: str = "full", seed: int = 0,
             torch.manual_seed(seed)
             write_components(staging, SIZES[size])
 
-    return write_folder_atomically(out, overwrite, write)
+    return write_folder_atomically(out, overwrite, write, "full_size_cosmos")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,9 @@ from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
-from DiT4DiT.output_paths import OutputError, check_out, check_replaceable_folder
+from DiT4DiT.atomic_files import replace_folder
+from DiT4DiT.output_paths import WRITTEN_BY, OutputError, check_out, mark_written_by, written_by
+from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
 
@@ -225,24 +227,37 @@ def build_tiny_pipeline(seed: int = 0):
     )
 
 
-def write_folder_atomically(out: str | Path, overwrite: bool, write) -> Path:
-    """`write(staging)` fills a folder next to `out` that then replaces it: a failure leaves `out` as it was."""
+def write_folder_atomically(out: str | Path, overwrite: bool, write, tool: str, ours=None) -> Path:
+    """`write(staging)` fills a folder next to `out` that then replaces it: a failure leaves `out` as it was.
+    --overwrite replaces only a folder `tool` wrote (its WRITTEN_BY marker; `ours(folder)`: also one it wrote
+    before the marker existed) or an empty one: never a downloaded snapshot."""
     out = Path(out)
     check_out(out, folder=True)
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise OutputError(f"{out} exists and is not empty; pass --overwrite to replace it")
-    check_replaceable_folder(out, "model_index.json")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OutputError(f"{out} exists and is not empty; pass --overwrite to replace it")
+        if not (written_by(out, tool) or (ours is not None and ours(out))):
+            raise OutputError(f"--out {out} holds files but no {WRITTEN_BY} naming {tool}: not a folder this tool "
+                              "wrote (a downloaded snapshot?), so --overwrite will not delete it; give a new path")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         write(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        mark_written_by(staging, tool)
+        replace_folder(staging, out)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
     return out
+
+
+def is_tiny_pipeline(folder: Path) -> bool:
+    """A pipeline folder of the tiny sizes: one this tool wrote before it marked its folders."""
+    try:
+        shape = read_pipeline_shape(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return (shape.hidden_size, shape.num_blocks) == (TRANSFORMER_HEADS * TRANSFORMER_HEAD_DIM, TRANSFORMER_LAYERS)
 
 
 def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False) -> Path:
@@ -259,7 +274,7 @@ def write_tiny_pipeline(out: str | Path, seed: int = 0, overwrite: bool = False)
         finally:
             diffusers_logging.set_verbosity(verbosity)
 
-    return write_folder_atomically(out, overwrite, write)
+    return write_folder_atomically(out, overwrite, write, "tiny_cosmos", ours=is_tiny_pipeline)
 
 
 def report_written(tool: str, write, message: str) -> int:

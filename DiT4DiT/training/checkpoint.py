@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import random
 import re
 import shutil
@@ -276,9 +275,9 @@ def load_weights(path: Path, setting: str = "trainer.pretrained_checkpoint") -> 
     the key that pointed at it."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
-        raise ConfigError(f"{setting}: {path} is not a weights file ({_first_line(error)}); point it at a "
-                          "steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run") from None
+    except Exception as error:  # bytes that are no checkpoint: the unpickler raises IndexError, KeyError, ... too
+        raise ConfigError(f"{setting}: {path} is not a weights file ({type(error).__name__}: {_first_line(error)}); "
+                          "point it at a steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(f"{setting}: {path} holds a {type(state).__name__}, not a dict of tensors; point it at a "
                           "steps_N_pytorch_model.pt or final_model/pytorch_model.pt of a run")
@@ -434,7 +433,7 @@ def tensor_file_refusal(path: Path, deepspeed: bool = False) -> str | None:
     try:
         with torch.serialization.safe_globals(deepspeed_types() if deepspeed else []):
             torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+    except Exception as error:  # as in load_weights: any type, for bytes that are no checkpoint
         return f"refused by torch.load(weights_only=True), not a file of tensors this trainer wrote ({_first_line(error)})"
     return None
 

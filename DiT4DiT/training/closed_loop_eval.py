@@ -3,7 +3,11 @@ checkpoint just saved and runs Meta-World episodes against it, while training go
 
 The trainer (main process) starts at most one evaluation at a time, collects each when it ends (metrics.jsonl,
 wandb, the loss plot's second panel, tagged with the step of its checkpoint), and at the run's end waits for the
-last one or cancels it, with a line either way. The side process is this module's `main()`:
+last one or cancels it, with a line either way. Nothing here can hold the trainer: an evaluation that runs past
+`timeout_s` (stopped, hung) is ended with a line and the next due step starts a new one; one that died is named
+and whatever it started is ended; a summary.json that cannot be read is a line, never an error; every wait is
+bounded. The side process and everything it starts die with the trainer (process_lifetime), and its server also
+watches the trainer (`--owner_pid`). The side process is this module's `main()`:
 
     python -m DiT4DiT.training.closed_loop_eval --ckpt RUN/checkpoints/steps_N_pytorch_model.pt --step N \
         --out RUN/closed_loop/steps_N --task handle-press-v3 --episodes 10 [...] [-- EVALUATE_OPTIONS]
@@ -20,6 +24,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -29,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from DiT4DiT import process_lifetime
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import TrainerClosedLoopEvalSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError, run_main
@@ -42,6 +48,7 @@ SERVER_READY = re.compile(r"serving DiT4DiT on ws://127\.0\.0\.1:(\d+)")
 SERVER_START_S = 600  # loading a checkpoint on a loaded CPU host can take minutes
 NICENESS = 10
 METRIC_PREFIX = "closed_loop_"  # of the keys in metrics.jsonl; wandb shows them as closed_loop/<name>
+STOP_GRACE_S = 30.0  # how long a cancelled side process (its server, its simulators) gets before SIGKILL
 
 
 class ClosedLoopEvalError(DiT4DiTError):
@@ -120,8 +127,8 @@ class ClosedLoopEvaluator:
         command = ["nice", "-n", str(NICENESS), sys.executable, "-m", "DiT4DiT.training.closed_loop_eval",
                    "--ckpt", str(ckpt), "--step", str(step), "--out", str(out), "--task", s.task, "--episodes",
                    str(s.episodes), "--max_steps", str(s.max_steps), "--seed", str(s.seed), "--num_envs",
-                   str(s.num_envs), "--device", s.device, "--python", str(simulator_python(s)), "--",
-                   *shlex.split(s.evaluate_options or "")]
+                   str(s.num_envs), "--device", s.device, "--python", str(simulator_python(s)),
+                   "--owner_pid", str(os.getpid()), "--", *shlex.split(s.evaluate_options or "")]
         env = dict(os.environ, OMP_NUM_THREADS=str(s.threads), PYTHONPATH=os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         with (out / "side_process.log").open("w") as output:
@@ -133,18 +140,34 @@ class ClosedLoopEvaluator:
                  s.episodes, s.task, out)
 
     def collect(self) -> None:
-        if self.running is None or self.running[1].poll() is None:
+        """Log the evaluation running, if it has ended; end it if it ran past timeout_s."""
+        if self.running is None:
             return
         step, process, out, started = self.running
+        if not process_lifetime.exited(process):
+            ran = time.monotonic() - started
+            if ran > self.settings.timeout_s:
+                state = process_lifetime.process_state(process.pid)
+                self.running = None
+                process_lifetime.end_group(process, STOP_GRACE_S)
+                log.warning("closed-loop evaluation of step %d ended after %.0f s, past trainer.closed_loop_eval."
+                            "timeout_s=%g (side process pid %d %s): no result for that step; see %s", step, ran,
+                            self.settings.timeout_s, process.pid, state, out / "side_process.log")
+            return
         self.running = None
+        process_lifetime.end_group(process, STOP_GRACE_S)  # what a side process that died left: server, simulators
         summary = out / "summary.json"
         if process.returncode != 0 or not summary.is_file():
             lines = (out / "side_process.log").read_text(errors="replace").strip().splitlines()
             reason = next((line for line in reversed(lines) if line.startswith("error:")), (lines or ["no output"])[-1])
-            log.warning("closed-loop evaluation of step %d failed (exit %s): %s; see %s", step, process.returncode,
-                        reason, out / "side_process.log")
+            log.warning("closed-loop evaluation of step %d failed (%s): %s; see %s", step,
+                        process_lifetime.how_it_ended(process.returncode), reason, out / "side_process.log")
             return
-        result = json.loads(summary.read_text())
+        try:
+            result = read_summary(summary)
+        except ClosedLoopEvalError as error:
+            log.warning("closed-loop evaluation of step %d: %s; no result recorded for that step", step, error)
+            return
         low, high = result["ci95"]
         self.record({"step": step, f"{METRIC_PREFIX}success_rate": result["success_rate"],
                      f"{METRIC_PREFIX}ci95_low": low, f"{METRIC_PREFIX}ci95_high": high,
@@ -167,13 +190,42 @@ class ClosedLoopEvaluator:
                 process.wait(timeout=self.wait_limit_s)
             reason = f"not done within {self.wait_limit_s:.0f} s, 80% of trainer.collective_timeout_s"
         if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            process.wait()
             self.running = None
+            process_lifetime.end_group(process, STOP_GRACE_S)
             log.warning("cancelled the closed-loop evaluation of step %d (%s)", step, reason)
             return
         self.collect()
+
+
+def read_summary(path: Path) -> dict:
+    """The side process's summary.json, with the fields the trainer records checked; ClosedLoopEvalError naming
+    the file and what is wrong otherwise (a file cut short, edited, or from another tool)."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as error:
+        raise ClosedLoopEvalError(f"{path} is not readable JSON ({type(error).__name__}: {str(error)[:200]})") from None
+
+    def number(value, low: float, high: float) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and low <= value <= high
+
+    problem = None
+    if not isinstance(result, dict):
+        problem = f"a {type(result).__name__}, not a map"
+    elif not isinstance(result.get("task"), str):
+        problem = "no 'task' text"
+    elif not (isinstance(result.get("episodes"), int) and result["episodes"] >= 1):
+        problem = f"'episodes' is {result.get('episodes')!r}, not a positive integer"
+    elif not (isinstance(result.get("successes"), int) and 0 <= result["successes"] <= result["episodes"]):
+        problem = f"'successes' is {result.get('successes')!r}, not an integer from 0 to 'episodes'"
+    elif not number(result.get("success_rate"), 0.0, 1.0):
+        problem = f"'success_rate' is {result.get('success_rate')!r}, not a number from 0 to 1"
+    elif not (isinstance(result.get("ci95"), list) and len(result["ci95"]) == 2
+              and all(number(bound, 0.0, 1.0) for bound in result["ci95"])):
+        problem = f"'ci95' is {result.get('ci95')!r}, not two numbers from 0 to 1"
+    if problem:
+        raise ClosedLoopEvalError(f"{path}: {problem}")
+    return result
 
 
 def evaluator(trainer: TrainerSection, run_dir: Path, logger) -> ClosedLoopEvaluator | None:
@@ -187,13 +239,15 @@ def evaluator(trainer: TrainerSection, run_dir: Path, logger) -> ClosedLoopEvalu
 
 # -- the side process -------------------------------------------------------------------------------------------
 
-def start_server(ckpt: Path, device: str, out: Path) -> tuple[subprocess.Popen, int]:
-    """The policy server on `ckpt`, on a free loopback port, and that port once it listens."""
+def start_server(ckpt: Path, device: str, out: Path, owner: int | None) -> tuple[subprocess.Popen, int]:
+    """The policy server on `ckpt`, on a free loopback port, and that port once it listens. It dies with this
+    process and stops when `owner` (the trainer) ends."""
     log_path = out / "server.log"
+    owned = ["--owner_pid", str(owner)] if owner is not None else []
     with log_path.open("w") as output:
-        server = subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", "--ckpt", str(ckpt), "--host",
-                                   "127.0.0.1", "--port", "0", "--device", device], stdout=output,
-                                  stderr=subprocess.STDOUT)
+        server = process_lifetime.start([sys.executable, "-m", "DiT4DiT.serving.server", "--ckpt", str(ckpt), "--host",
+                                         "127.0.0.1", "--port", "0", "--device", device, *owned], stdout=output,
+                                        stderr=subprocess.STDOUT)
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         found = SERVER_READY.search(log_path.read_text(errors="replace"))
@@ -203,26 +257,40 @@ def start_server(ckpt: Path, device: str, out: Path) -> tuple[subprocess.Popen, 
             lines = log_path.read_text(errors="replace").strip().splitlines() or ["no output"]
             raise ClosedLoopEvalError(f"the policy server on {ckpt} exited ({server.returncode}): {lines[-1]}")
         time.sleep(0.5)
-    server.terminate()
+    stop_child(server)
     raise ClosedLoopEvalError(f"the policy server on {ckpt} did not listen within {SERVER_START_S} s; see {log_path}")
+
+
+def stop_child(process: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within grace_s (a stopped server would never act on SIGTERM)."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def side_process(args: argparse.Namespace, evaluate_options: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    server, port = start_server(Path(args.ckpt), args.device, out)
+    server, port = start_server(Path(args.ckpt), args.device, out, args.owner_pid)
     # SIGTERM (a cancel) reaches the whole session; stopping here too lets the server go first.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         with (out / "evaluate.log").open("w") as output:
-            code = subprocess.call([args.python, "-m", "DiT4DiT.evaluation.metaworld", "evaluate", "--server",
-                                    f"127.0.0.1:{port}", "--wait_s", "60", "--task", args.task, "--episodes",
-                                    str(args.episodes), "--max_steps", str(args.max_steps), "--seed", str(args.seed),
-                                    "--num_envs", str(args.num_envs), "--videos", "1", "--out", str(out),
-                                    *evaluate_options], cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+            evaluation = process_lifetime.start(
+                [args.python, "-m", "DiT4DiT.evaluation.metaworld", "evaluate", "--server", f"127.0.0.1:{port}",
+                 "--wait_s", "60", "--task", args.task, "--episodes", str(args.episodes), "--max_steps",
+                 str(args.max_steps), "--seed", str(args.seed), "--num_envs", str(args.num_envs), "--videos", "1",
+                 "--out", str(out), *evaluate_options], cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+            try:
+                code = evaluation.wait()
+            finally:
+                if evaluation.poll() is None:  # this process is stopping (SIGTERM): its evaluation with it
+                    stop_child(evaluation)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        stop_child(server)
     if code:
         lines = (out / "evaluate.log").read_text(errors="replace").strip().splitlines() or ["no output"]
         raise ClosedLoopEvalError(f"the Meta-World evaluation exited with {code}: {lines[-1]}")
@@ -246,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num_envs", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--python", default=str(DEFAULT_PYTHON), help="the simulator environment's Python")
+    parser.add_argument("--owner_pid", type=int, default=None,
+                        help="the trainer: this process dies with it (it must be the parent), its server stops with it")
     args = parser.parse_args(argv[:split])
+    if args.owner_pid is not None:
+        process_lifetime.die_with_parent(args.owner_pid)
     configure_logging()
     return run_main(lambda: side_process(args, argv[split + 1:]))
 

@@ -77,6 +77,11 @@ def check_fresh_start(run_dir: Path, is_resume: bool, move_aside: bool, locked: 
             f"with --trainer.is_resume true, start a new run with another --run_id, or move the old run aside "
             f"with --trainer.move_old_run true"
         )
+    if run_dir.is_symlink():  # the run is another folder's: moving it would take that folder's run away
+        raise RunDirError(
+            f"{run_dir} is a symbolic link to {os.readlink(run_dir)}; --trainer.move_old_run would move the run in "
+            "that folder (another run id's?) aside under this run id's name, so nothing was moved. Pick another "
+            "--run_id, or move or remove the earlier run yourself")
     target = _moved_aside_name(run_dir)
     target.mkdir()
     for child in run_dir.iterdir():

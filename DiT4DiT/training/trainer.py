@@ -30,6 +30,7 @@ from DiT4DiT.facts import DETERMINISTIC_ENV
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
+from DiT4DiT.model.modules.activation_checkpointing import checkpointed_modules
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
@@ -274,6 +275,18 @@ class Trainer:
             accumulation, batch * accelerator.num_processes * accumulation, training_samples, trainable / 1e6,
             total / 1e6, cfg.framework.cosmos25.training, self.start_step, self.settings.max_train_steps,
         )
+        log.info(what_is_on(self.unwrapped, self.settings))
+
+
+def what_is_on(model: torch.nn.Module, trainer: TrainerSection) -> str:
+    """The start-up line of the settings that change what a step computes or keeps: the frozen modules, activation
+    checkpointing (which modules' blocks, read from the model) and deterministic kernels."""
+    frozen = ", ".join(module_paths(trainer.freeze_modules)) or "none"
+    checkpointed = checkpointed_modules(model)
+    checkpointing = f"on for {', '.join(checkpointed)}" if checkpointed else "off"
+    deterministic = "on" if trainer.deterministic else "off"
+    return (f"frozen modules: {frozen} (trainer.freeze_modules) | activation checkpointing: {checkpointing} "
+            f"(trainer.enable_gradient_checkpointing) | deterministic kernels: {deterministic} (trainer.deterministic)")
 
 
 def due(done: int, interval: int, last: int) -> bool:

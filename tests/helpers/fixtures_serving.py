@@ -65,8 +65,12 @@ def tiny_policy(tiny_ckpt):
     torch.set_num_threads(threads)
 
 
-def server_process(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "DiT4DiT.serving.server", *args], cwd=ROOT,
+SERVER = ["-m", "DiT4DiT.serving.server"]
+
+
+def server_process(*args: str, env: dict | None = None, entry: list[str] = SERVER) -> subprocess.Popen:
+    """`entry`: what python runs (the server module, or a script that runs it with a fault injected)."""
+    return subprocess.Popen([sys.executable, *entry, *args], cwd=ROOT,
                             env=env or dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
                             stderr=subprocess.PIPE, text=True)
 
@@ -85,10 +89,11 @@ def wait_for_port(process: subprocess.Popen, lines: list[str], deadline_s: float
 
 
 @contextlib.contextmanager
-def served(ckpt: Path, *args: str) -> Iterator[tuple[subprocess.Popen, int, list[str]]]:
+def served(ckpt: Path, *args: str, entry: list[str] = SERVER) -> Iterator[tuple[subprocess.Popen, int, list[str]]]:
     """A server process on `ckpt` (CPU, loopback, a free port), awaited until it listens: (process, port, the
     stderr lines read so far). Killed at the end if the test left it running."""
-    process = server_process("--ckpt", str(ckpt), "--host", "127.0.0.1", "--port", "0", "--device", "cpu", *args)
+    process = server_process("--ckpt", str(ckpt), "--host", "127.0.0.1", "--port", "0", "--device", "cpu", *args,
+                             entry=entry)
     lines: list[str] = []
     try:
         yield process, wait_for_port(process, lines), lines

@@ -24,3 +24,10 @@ def run_block(block: torch.nn.Module, checkpointing: bool, *args):
     if checkpointing and torch.is_grad_enabled():
         return checkpointed(block, *args)
     return block(*args)
+
+
+def checkpointed_modules(model: torch.nn.Module) -> list[str]:
+    """'<module path> (N blocks)' for each module of `model` that recomputes its blocks in the backward pass (what
+    is on, read from the model itself)."""
+    return [f"{name} ({len(module.transformer_blocks)} blocks)" for name, module in model.named_modules()
+            if getattr(module, "gradient_checkpointing", False) is True and hasattr(module, "transformer_blocks")]
