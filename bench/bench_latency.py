@@ -12,7 +12,8 @@ and a state, each with its own seed: the `timing` of every reply gives decode, c
 prompt, VAE encode, feature pass, action sampling and unnormalise, in ms (stage_timing.py). Per size, for each
 --steps value (the server's --sampling_steps) the medians of --requests requests after one warm-up, then the same
 at the run's own step count with real-time chunking (the previous reply's last rows as prev_actions, delay 2):
-its guidance takes one backward through the head per Euler step. The effect of the step count on the actions is
+its guidance takes one backward through the head per Euler step. The settings take turns request by request, so
+a change of machine load reaches all of them alike. The effect of the step count on the actions is
 the mean absolute difference of the normalised actions (same example, same seed) from those at the most steps.
 
 Sizes: `tiny` is the tiny config (32-pixel views; random weights, or a trained run with --ckpt), `large` is
@@ -113,36 +114,38 @@ def request(policy: Policy, seed: int, **fields) -> dict:
     return example
 
 
-def measure(client: PolicyClient, policy: Policy, count: int, **fields) -> tuple[dict, np.ndarray]:
-    """Median ms per stage (and total) of `count` requests, and the first request's normalised actions."""
-    timings, first = [], None
+def measure(client: PolicyClient, policy: Policy, settings: list[tuple[str, int, dict]], count: int
+            ) -> tuple[dict, dict]:
+    """Per setting (name, sampling steps, extra example fields): the median ms per stage (and total) of `count`
+    requests, the settings taking turns so that all see the same machine load; and its first normalised actions."""
+    head = policy.model.action_model
+    own_steps, timings, first = head.num_inference_timesteps, {name: [] for name, _, _ in settings}, {}
     for index in range(count):
-        reply = client.predict_action({"examples": [request(policy, index, **fields)]})
-        if not reply.get("ok"):
-            raise RuntimeError(reply.get("error"))
-        timings.append(reply["timing"])
-        first = reply["data"]["normalized_actions"][0] if first is None else first
+        for name, steps, fields in settings:
+            head.num_inference_timesteps = steps  # the server's model thread is idle between requests
+            reply = client.predict_action({"examples": [request(policy, index, **fields)]})
+            if not reply.get("ok"):
+                raise RuntimeError(reply.get("error"))
+            timings[name].append(reply["timing"])
+            first.setdefault(name, reply["data"]["normalized_actions"][0])
+    head.num_inference_timesteps = own_steps
     names = [f"{stage}_ms" for stage in STAGES] + ["total_ms"]
-    return {name: round(statistics.median(t[name] for t in timings), 2) for name in names}, first
+    return ({setting: {name: round(statistics.median(t[name] for t in runs), 2) for name in names}
+             for setting, runs in timings.items()}, first)
 
 
 def run_size(size: str, args, device: torch.device) -> dict:
     with tempfile.TemporaryDirectory() as tmp, built_policy(size, args, device, Path(tmp)) as policy:
-        head = policy.model.action_model
-        own_steps = head.num_inference_timesteps
-        rows, actions = {}, {}
+        own_steps = policy.sampling_steps
         with running_server(policy) as server, PolicyClient("127.0.0.1", server.port) as client:
-            client.predict_action({"examples": [request(policy, 999)]})  # warm-up: allocations, first kernels
-            for steps in sorted(set(args.steps)):
-                head.num_inference_timesteps = steps
-                rows[f"steps={steps}"], actions[steps] = measure(client, policy, args.requests)
-            head.num_inference_timesteps = own_steps
-            previous = client.infer([request(policy, 0)])["normalized_actions"][0]
+            # The warm-up (allocations, first kernels) gives the previous chunk an rtc request continues.
+            previous = client.infer([request(policy, 999)])["normalized_actions"][0]
             leftover = np.ascontiguousarray(previous[policy.shape.chunk // 2:])
-            rows[f"steps={own_steps} rtc"], _ = measure(client, policy, args.requests, prev_actions=leftover,
-                                                        inference_delay=RTC_DELAY)
-            if f"steps={own_steps}" not in rows:
-                rows[f"steps={own_steps}"], actions[own_steps] = measure(client, policy, args.requests)
+            settings = [(f"steps={steps}", steps, {}) for steps in sorted({*args.steps, own_steps})]
+            settings.append((f"steps={own_steps} rtc", own_steps,
+                             {"prev_actions": leftover, "inference_delay": RTC_DELAY}))
+            rows, first = measure(client, policy, settings, args.requests)
+        actions = {steps: first[f"steps={steps}"] for _, steps, fields in settings if not fields}
         most = max(actions)
         effect = {steps: round(float(np.abs(actions[steps] - actions[most]).mean()), 4) for steps in actions}
         plain, guided = rows[f"steps={own_steps}"], rows[f"steps={own_steps} rtc"]
