@@ -12,8 +12,9 @@ and a state, each with its own seed: the `timing` of every reply gives decode, c
 prompt, VAE encode, feature pass, action sampling and unnormalise, in ms (stage_timing.py). Per size, for each
 --steps value (the server's --sampling_steps) the medians of --requests requests after one warm-up, then the same
 at the run's own step count with real-time chunking (the previous reply's last rows as prev_actions, delay 2):
-its guidance takes one backward through the head per Euler step. The settings take turns request by request, so
-a change of machine load reaches all of them alike. The effect of the step count on the actions is
+its guidance takes one backward through the head per Euler step; and with an instruction the prompt store does not
+hold (the text encoder runs; a served run's store holds its training instructions, which are looked up). The
+settings take turns request by request, so a change of machine load reaches all of them alike. The effect of the step count on the actions is
 the mean absolute difference of the normalised actions (same example, same seed) from those at the most steps.
 
 Sizes: `tiny` is the tiny config (32-pixel views; random weights, or a trained run with --ckpt), `large` is
@@ -49,6 +50,7 @@ from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection  # 
 from DiT4DiT.config.typed import section  # noqa: E402
 from DiT4DiT.dataloader.statistics import statistics_section  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
+from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.serving.client import PolicyClient  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
@@ -103,12 +105,13 @@ def built_policy(size: str, args, device: torch.device, tmp: Path):
         yield Policy(model, shape, "bench", synthetic_statistics(head.state_dim, head.action_dim), profile=True)
 
 
-def request(policy: Policy, seed: int, **fields) -> dict:
-    """One example: a camera view of the model's size, the instruction, a state, its seed."""
+def request(policy: Policy, seed: int, unseen: bool = False, **fields) -> dict:
+    """One example: a camera view of the model's size, the instruction (`unseen`: one of its own, which the prompt
+    store does not hold), a state, its seed."""
     rng = np.random.default_rng(seed)
     size = policy.shape.image_size
-    example = {"image": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8)], "lang": INSTRUCTION,
-               "seed": seed, **fields}
+    lang = f"{INSTRUCTION}, take {seed}" if unseen else INSTRUCTION
+    example = {"image": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8)], "lang": lang, "seed": seed, **fields}
     if policy.shape.state_dim:
         example["state"] = rng.uniform(-1, 1, (1, policy.shape.state_dim)).astype(np.float32)
     return example
@@ -116,7 +119,7 @@ def request(policy: Policy, seed: int, **fields) -> dict:
 
 def measure(client: PolicyClient, policy: Policy, settings: list[tuple[str, int, dict]], count: int
             ) -> tuple[dict, dict]:
-    """Per setting (name, sampling steps, extra example fields): the median ms per stage (and total) of `count`
+    """Per setting (name, sampling steps, request() keywords): the median ms per stage (and total) of `count`
     requests, the settings taking turns so that all see the same machine load; and its first normalised actions."""
     head = policy.model.action_model
     own_steps, timings, first = head.num_inference_timesteps, {name: [] for name, _, _ in settings}, {}
@@ -137,6 +140,8 @@ def measure(client: PolicyClient, policy: Policy, settings: list[tuple[str, int,
 def run_size(size: str, args, device: torch.device) -> dict:
     with tempfile.TemporaryDirectory() as tmp, built_policy(size, args, device, Path(tmp)) as policy:
         own_steps = policy.sampling_steps
+        # As a served run's store holds its training instructions: the instruction is looked up, not encoded.
+        policy.model.backbone_interface.extractor.prepare_prompts([INSTRUCTION], Ranks(), release_encoder=False)
         with running_server(policy) as server, PolicyClient("127.0.0.1", server.port) as client:
             # The warm-up (allocations, first kernels) gives the previous chunk an rtc request continues.
             previous = client.infer([request(policy, 999)])["normalized_actions"][0]
@@ -144,13 +149,16 @@ def run_size(size: str, args, device: torch.device) -> dict:
             settings = [(f"steps={steps}", steps, {}) for steps in sorted({*args.steps, own_steps})]
             settings.append((f"steps={own_steps} rtc", own_steps,
                              {"prev_actions": leftover, "inference_delay": RTC_DELAY}))
+            settings.append((f"steps={own_steps} new lang", own_steps, {"unseen": True}))
             rows, first = measure(client, policy, settings, args.requests)
         actions = {steps: first[f"steps={steps}"] for _, steps, fields in settings if not fields}
+        unseen = rows.pop(f"steps={own_steps} new lang")
         most = max(actions)
         effect = {steps: round(float(np.abs(actions[steps] - actions[most]).mean()), 4) for steps in actions}
         plain, guided = rows[f"steps={own_steps}"], rows[f"steps={own_steps} rtc"]
         return {"size": size, "image": f"{policy.shape.image_size} px", "device": str(device),
                 "trained": bool(size == "tiny" and args.ckpt), "requests": args.requests, "stages_ms": rows,
+                "prompt_ms_unseen_instruction": unseen["prompt_ms"],
                 "action_change_vs_most_steps": {"reference_steps": most, **{str(k): v for k, v in effect.items()}},
                 "rtc_cost": {"steps": own_steps,
                              "action_sampling_ratio": round(guided["action_sampling_ms"] / plain["action_sampling_ms"], 2),
@@ -161,14 +169,15 @@ def run_size(size: str, args, device: torch.device) -> dict:
 def print_table(results: list[dict]) -> None:
     columns = [f"{stage}_ms" for stage in STAGES] + ["total_ms"]
     heads = [c[:-3].replace("_", " ") for c in columns]
-    print(f"{'size':6} {'setting':14} " + " ".join(f"{h:>12}" for h in heads))
+    print(f"{'size':6} {'setting':14} " + " ".join(f"{h:>12}" for h in heads))  # prompt: from the store
     for result in results:
         for setting, row in result["stages_ms"].items():
             print(f"{result['size']:6} {setting:14} " + " ".join(f"{row[c]:12.2f}" for c in columns))
     for result in results:
         cost, change = result["rtc_cost"], result["action_change_vs_most_steps"]
         print(f"{result['size']}: real-time chunking at {cost['steps']} steps: action sampling x"
-              f"{cost['action_sampling_ratio']}, request x{cost['total_ratio']} (+{cost['extra_ms']} ms); mean |change| "
+              f"{cost['action_sampling_ratio']}, request x{cost['total_ratio']} (+{cost['extra_ms']} ms); prompt of an "
+              f"instruction not in the store {result['prompt_ms_unseen_instruction']} ms; mean |change| "
               f"of the normalised actions against {change['reference_steps']} steps: "
               + ", ".join(f"{k} steps {v}" for k, v in change.items() if k != "reference_steps"))
 
