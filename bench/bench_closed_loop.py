@@ -154,7 +154,7 @@ def main() -> int:
                       for name in ("blank_images", "zero", "random") if name in results},
         "executions": {name: {key: results[name][key] for key in ("execution", "inference_delay", "success_rate",
                                                                   "ci95", "mean_length", "seams", "seam_jump_mean",
-                                                                  "seam_jump_max")}
+                                                                  "seam_jump_max", "step_change_mean")}
                        for name in results if args.executions},
         "mean_length": trained["mean_length"], "latency": trained["latency"],
         "episodes_per_min": trained["episodes_per_min"],

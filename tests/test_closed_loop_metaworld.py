@@ -384,6 +384,7 @@ def test_chunks_run_async_and_with_real_time_chunking_under_a_simulated_delay(de
     assert (rtc["execution"], rtc["inference_delay"], rtc["execution_horizon"]) == ("rtc", 4, None)
     for summary in summaries.values():
         assert summary["seams"] > 0 and 0 <= summary["seam_jump_mean"] <= summary["seam_jump_max"]
+        assert summary["step_change_mean"] >= 0
     # Episodes that run their 24 steps: the first reply after the delay, then async and rtc ask with 4 rows left
     # (each later chunk runs 4 rows: 8 rows, less the delay's, less the 4 left); sync asks when a chunk is used up.
     if rtc["episode_lengths"] == [24, 24]:

@@ -51,6 +51,7 @@ def test_sync_executes_whole_chunks_and_holds_while_the_next_is_computed():
     assert asked == [{}, {}]
     assert [s.consumed for s in queue.switches] == [0, 0]
     assert queue.seam_jumps() == [pytest.approx(np.hypot(100 - 7, 100 - 7))]  # robot units, L2 over the row
+    assert queue.step_changes == [pytest.approx(np.sqrt(2))] * (7 + 5)  # within chunks: rows 1 apart
 
 
 def test_async_asks_early_and_skips_the_rows_consumed_meanwhile():

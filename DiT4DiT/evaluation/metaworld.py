@@ -354,6 +354,9 @@ class ZeroPolicy:
     def seam_jumps(self) -> list[float]:
         return []  # no chunks
 
+    def step_changes(self) -> list[float]:
+        return []
+
 
 class RandomPolicy(ZeroPolicy):
     """Uniform actions in the env's range, drawn from the episode's seed (a stream of its own, [seed, 3])."""
@@ -453,7 +456,7 @@ def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
             log.info("%s episode %d (seed %d): %s in %d steps", run.task, i, run.seed + i,
                      "success" if won else "failure", steps)
             report(i, {"success": won, "steps": steps, "frames": frames, "latencies_s": policy.latencies_s[asked:],
-                       "seam_jumps": policy.seam_jumps()})
+                       "seam_jumps": policy.seam_jumps(), "step_changes": policy.step_changes()})
     finally:
         if scene is not None:
             scene.close()
@@ -501,7 +504,8 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     outcomes, lengths = [r["success"] for r in results], [r["steps"] for r in results]
     label = policy_name + (" (blank images)" if blank_images else "")
     jumps = [jump for r in results for jump in r["seam_jumps"]]
-    summary = write_summary(out, SUITE, task, outcomes, lengths, **chunks, **seam_summary(jumps),
+    changes = [change for r in results for change in r["step_changes"]]
+    summary = write_summary(out, SUITE, task, outcomes, lengths, **chunks, **seam_summary(jumps, changes),
                             latencies_s=[s for r in results for s in r["latencies_s"]], wall_s=wall, policy=label,
                             server=server, max_steps=max_steps, image_size=setup.image_size,
                             seeds=[seed, seed + episodes - 1], cameras=list(setup.cameras),
@@ -516,10 +520,12 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     return summary
 
 
-def seam_summary(jumps: list[float]) -> dict:
-    """The jumps between the last action run from one chunk and the first from the next (robot units, L2)."""
+def seam_summary(jumps: list[float], changes: list[float]) -> dict:
+    """The jumps between the last action run from one chunk and the first from the next (robot units, L2), and,
+    for scale, the mean change between consecutive actions of one chunk."""
     return {"seams": len(jumps), "seam_jump_mean": float(np.mean(jumps)) if jumps else None,
-            "seam_jump_max": float(np.max(jumps)) if jumps else None}
+            "seam_jump_max": float(np.max(jumps)) if jumps else None,
+            "step_change_mean": float(np.mean(changes)) if changes else None}
 
 
 def camera_pair(text: str) -> tuple[str, str]:
@@ -607,8 +613,8 @@ def run_command(args: argparse.Namespace) -> None:
                            num_envs=args.num_envs, execution=args.execution, inference_delay=args.inference_delay,
                            execution_horizon=args.execution_horizon)
         low, high = summary["ci95"]
-        seams = (f", seam jump mean {summary['seam_jump_mean']:.3f} max {summary['seam_jump_max']:.3f}"
-                 if summary["seams"] else "")
+        seams = (f", seam jump mean {summary['seam_jump_mean']:.3f} max {summary['seam_jump_max']:.3f} (within a "
+                 f"chunk {summary['step_change_mean']:.3f})" if summary["seams"] else "")
         print(f"{args.task} ({summary['policy']}, {args.execution}, delay {args.inference_delay}): "
               f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} (95% interval "
               f"{low:.0%}-{high:.0%}), mean length {summary['mean_length']:.0f} steps{seams} -> {args.out}/summary.json")

@@ -99,6 +99,10 @@ class ChunkedPolicy:
         """This episode's jumps between the last row run from one chunk and the first from the next (robot units)."""
         return self._queue.seam_jumps()
 
+    def step_changes(self) -> list[float]:
+        """This episode's changes between consecutive rows of one chunk (robot units): a seam jump's scale."""
+        return self._queue.step_changes
+
     def next_row(self, views, state, instruction: str) -> np.ndarray | None:
         """This step's row (the dataset's action units), or None while the robot waits for a chunk (sync with a
         delay, or the chunk used up before the reply)."""

@@ -118,7 +118,8 @@ class ChunkQueue:
     - rtc: as async, and the request carries the leftover rows (normalised), the delay and where the guided
       overlap ends, so the server's chunk continues the old one (real-time chunking).
     Rows are executed in the robot's units (the reply's `actions`; `normalized_actions` from the original's server,
-    which sends nothing else). `switches` records every change of chunk.
+    which sends nothing else). `switches` records every change of chunk, `step_changes` the change between
+    consecutive rows of one chunk (robot units, L2): the scale a seam jump compares with.
     """
 
     def __init__(self, mode: str = "sync", execution_horizon: int | None = None, max_delay: int | None = None):
@@ -126,6 +127,7 @@ class ChunkQueue:
             raise ValueError(f"execution mode {mode!r}: use one of {', '.join(EXECUTION_MODES)}")
         self.mode, self.execution_horizon, self.max_delay = mode, execution_horizon, max_delay
         self.switches: list[Switch] = []
+        self.step_changes: list[float] = []
         self._rows: np.ndarray | None = None  # robot units
         self._normalized: np.ndarray | None = None
         self._next = 0  # index of the next row to execute
@@ -182,9 +184,12 @@ class ChunkQueue:
         self._next += 1
         if self._pending is not None:
             self._pending.consumed += 1
+        change = None if self._last is None else float(np.linalg.norm(np.asarray(row, np.float64) - self._last))
         if self._seam:
-            self.switches[-1].jump = float(np.linalg.norm(np.asarray(row, np.float64) - self._last))
+            self.switches[-1].jump = change
             self._seam = False
+        elif change is not None:
+            self.step_changes.append(change)
         self._last = np.asarray(row, dtype=np.float64)
         return row
 
