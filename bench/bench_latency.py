@@ -7,8 +7,8 @@ chunking, measured in the same run.
         --requests 1
 
 Each size's model is served by a profiling server (`--profile`: the device synchronised between stages) on a
-thread of this process, and a client of this process sends batch-1 requests of one camera view, an instruction
-and a state, each with its own seed: the `timing` of every reply gives decode, check, queue wait, preprocess,
+thread of this process, and a client of this process sends batch-1 requests of the run's camera views (combined by
+the server, as training combined them), an instruction and a state, each with its own seed: the `timing` of every reply gives decode, check, queue wait, preprocess,
 prompt, VAE encode, feature pass, action sampling and unnormalise, in ms (stage_timing.py). Per size, for each
 --steps value (the server's --sampling_steps) the medians of --requests requests after one warm-up, then the same
 at the run's own step count with real-time chunking (the previous reply's last rows as prev_actions, delay 2):
@@ -106,12 +106,13 @@ def built_policy(size: str, args, device: torch.device, tmp: Path):
 
 
 def request(policy: Policy, seed: int, unseen: bool = False, **fields) -> dict:
-    """One example: a camera view of the model's size, the instruction (`unseen`: one of its own, which the prompt
-    store does not hold), a state, its seed."""
+    """One example: the run's camera views at the model's size (side by side), the instruction (`unseen`: one of
+    its own, which the prompt store does not hold), a state, its seed."""
     rng = np.random.default_rng(seed)
-    size = policy.shape.image_size
+    size, views = policy.shape.image_size, policy.shape.max_views
     lang = f"{INSTRUCTION}, take {seed}" if unseen else INSTRUCTION
-    example = {"image": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8)], "lang": lang, "seed": seed, **fields}
+    views = [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(views)]
+    example = {"views": views, "lang": lang, "seed": seed, **fields}
     if policy.shape.state_dim:
         example["state"] = rng.uniform(-1, 1, (1, policy.shape.state_dim)).astype(np.float32)
     return example
@@ -156,7 +157,8 @@ def run_size(size: str, args, device: torch.device) -> dict:
         most = max(actions)
         effect = {steps: round(float(np.abs(actions[steps] - actions[most]).mean()), 4) for steps in actions}
         plain, guided = rows[f"steps={own_steps}"], rows[f"steps={own_steps} rtc"]
-        return {"size": size, "image": f"{policy.shape.image_size} px", "device": str(device),
+        return {"size": size, "image": f"{policy.shape.max_views} view(s) of {policy.shape.image_size} px",
+                "device": str(device),
                 "trained": bool(size == "tiny" and args.ckpt), "requests": args.requests, "stages_ms": rows,
                 "prompt_ms_unseen_instruction": unseen["prompt_ms"],
                 "action_change_vs_most_steps": {"reference_steps": most, **{str(k): v for k, v in effect.items()}},
