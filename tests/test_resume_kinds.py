@@ -78,6 +78,17 @@ def as_killed_after(run_dir: Path, step: int) -> None:
     shutil.rmtree(run_dir / "final_model")
 
 
+def assert_resumes_to_the_same_end(tiny_pipeline_dir, tmp_path: Path, overrides) -> None:
+    """runs/straight, killed after its save at step 3 and resumed, ends bitwise where it ended."""
+    shutil.copytree(tmp_path / "runs/straight", tmp_path / "runs/killed")
+    as_killed_after(tmp_path / "runs/killed", 3)
+    resumed = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "killed", *overrides,
+                               "--trainer.is_resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 3" in resumed.stderr
+    assert_ends_equal(tmp_path / "runs/killed", tmp_path / "runs/straight")
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_each_normalisation_kind_resumes_bitwise(kind, tiny_pipeline_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(DATA_CONFIGS, MEAN_STD, _mean_std_config())
@@ -90,13 +101,7 @@ def test_each_normalisation_kind_resumes_bitwise(kind, tiny_pipeline_dir, tmp_pa
     tag = DATA_CONFIGS[data_config].embodiment_tag
     assert kind in statistics[tag]["state"]["normalization"]
 
-    shutil.copytree(tmp_path / "runs/straight", tmp_path / "runs/killed")
-    as_killed_after(tmp_path / "runs/killed", 3)
-    resumed = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "killed", *overrides,
-                               "--trainer.is_resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "at step 3" in resumed.stderr
-    assert_ends_equal(tmp_path / "runs/killed", tmp_path / "runs/straight")
+    assert_resumes_to_the_same_end(tiny_pipeline_dir, tmp_path, overrides)
 
 
 def test_a_run_with_training_time_rtc_resumes_bitwise(tiny_pipeline_dir, tmp_path):
@@ -111,13 +116,7 @@ def test_a_run_with_training_time_rtc_resumes_bitwise(tiny_pipeline_dir, tmp_pat
                              *data_overrides(dataset, "SO101"), *SIX_STEPS)
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert losses(tmp_path / "runs/plain") != losses(tmp_path / "runs/straight")  # the option is in force
-    shutil.copytree(tmp_path / "runs/straight", tmp_path / "runs/killed")
-    as_killed_after(tmp_path / "runs/killed", 3)
-    resumed = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "killed", *overrides,
-                               "--trainer.is_resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "at step 3" in resumed.stderr
-    assert_ends_equal(tmp_path / "runs/killed", tmp_path / "runs/straight")
+    assert_resumes_to_the_same_end(tiny_pipeline_dir, tmp_path, overrides)
 
 
 # --- sin/cos through accelerate launch: kill -9 and SIGTERM ----------------------------------------------
