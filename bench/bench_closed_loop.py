@@ -3,10 +3,13 @@
     python bench/bench_closed_loop.py --task handle-press-v3 [--demos 50] [--steps 500] [--episodes 50] [--json FILE]
     python bench/bench_closed_loop.py --task reach-v3 --cameras across,topview --goal_marker 0.04 ...
     python bench/bench_closed_loop.py --task reach-v3 ... --hand_start 0.1 --goal_set 4
+    python bench/bench_closed_loop.py --task handle-press-v3 --steps 350 --executions sync,async,rtc --delays 0,2,4
 
 Collects demonstrations (seeds 0..), trains the tiny config on them for a fixed number of steps with
 `scripts/train_8p.sh`, serves the last checkpoint, and evaluates `--episodes` configurations it never saw
-(seeds 1000..) with the cameras, with the images blanked, and with the zero and random policies. Every process
+(seeds 1000..) with the cameras, with the images blanked, and with the zero and random policies; or, with
+--executions, the trained policy in each execution mode at each simulated --delays value (chunk seams included).
+Every process
 gets OMP_NUM_THREADS (default: cores / 2, the trainer and the simulator share the machine). The simulator runs in
 .venv-metaworld (`make sim-env`, built on first use), the trainer and server in the Python running this script.
 Prints and writes (--json) success rates with 95% intervals, steps, and wall times.
@@ -75,6 +78,11 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_closed_loop",
                         help="folder for the demos, the run, the evaluations and logs")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--executions", default=None,
+                        help="comma list of sync, async, rtc: evaluate the trained policy in each mode at each of "
+                             "--delays (the evaluator's --execution and --inference_delay) instead of the trained, "
+                             "blank-image and baseline set")
+    parser.add_argument("--delays", default="0", help="comma list of simulated inference delays, in policy steps")
     parser.add_argument("--train_option", action="append", default=[], metavar="OPTION",
                         help="one more launcher option for training, e.g. "
                              "--train_option=--datasets.vla_data.video_delta_indices=[0] (repeatable)")
@@ -117,9 +125,12 @@ def main() -> int:
                                "127.0.0.1", "--port", str(port), "--device", "cpu"], cwd=ROOT, env=env,
                               stdout=server_log, stderr=subprocess.STDOUT)
     results, evaluate_s = {}, {}
-    policies = {"trained": ["--server", f"127.0.0.1:{port}", "--wait_s", "300"],
-                "blank_images": ["--server", f"127.0.0.1:{port}", "--blank_images"],
+    served = ["--server", f"127.0.0.1:{port}", "--wait_s", "300"]
+    policies = {"trained": served, "blank_images": [*served, "--blank_images"],
                 "zero": ["--policy", "zero"], "random": ["--policy", "random"]}
+    if args.executions:
+        policies = {f"{mode}_delay{delay}": [*served, "--execution", mode, "--inference_delay", delay]
+                    for delay in args.delays.split(",") for mode in args.executions.split(",")}
     try:
         for name, options in policies.items():
             out = work / "eval" / name
@@ -132,7 +143,7 @@ def main() -> int:
         server.wait(timeout=60)
         server_log.close()
 
-    trained = results["trained"]
+    trained = results[next(iter(policies))]
     report = {
         "task": args.task, "demos": args.demos, "steps": args.steps, "per_device_batch_size": args.batch,
         "episodes": args.episodes, "max_steps": args.max_steps, "omp_num_threads": args.threads,
@@ -140,7 +151,11 @@ def main() -> int:
         "goal_set": args.goal_set, "model_image_size": args.model_image_size, "train_options": args.train_option,
         "success_rate": trained["success_rate"], "ci95": trained["ci95"],
         "baselines": {name: {"success_rate": results[name]["success_rate"], "ci95": results[name]["ci95"]}
-                      for name in ("blank_images", "zero", "random")},
+                      for name in ("blank_images", "zero", "random") if name in results},
+        "executions": {name: {key: results[name][key] for key in ("execution", "inference_delay", "success_rate",
+                                                                  "ci95", "mean_length", "seams", "seam_jump_mean",
+                                                                  "seam_jump_max", "step_change_mean")}
+                       for name in results if args.executions},
         "mean_length": trained["mean_length"], "latency": trained["latency"],
         "episodes_per_min": trained["episodes_per_min"],
         "wall_s": {"collect": round(collect_s, 1), "train": round(train_s, 1),

@@ -20,6 +20,9 @@ was measured; a failed section is recorded with its error and the next one runs)
   checkpointing batch 4 with the Cosmos transformer's blocks checkpointed and without: step time, peak memory
   deterministic the steps at batch 1 with torch.use_deterministic_algorithms on and off: the cost of
                 trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this one-device time)
+  latency       a served request at batch 1 by stage (bench_latency.py's stages: preprocess, prompt, VAE encode,
+                feature pass, action sampling, unnormalise), median of a few after a warm-up, plain and with
+                real-time chunking's guidance (the Policy and its stage clock, no websocket)
   patcher       the steps at batch 1 with DIT4DIT_MX_PATCHER=off, then inside the mx_driving patcher as the
                 patched train.py enters it (its own helper, the mode DIT4DIT_MX_PATCHER names, lean by default):
                 both times and both start-up lines; skipped with a line where mx_driving is not installed
@@ -54,6 +57,7 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parent
@@ -84,9 +88,9 @@ PEAK_TFLOPS = (
 )
 TOTAL_BUDGET_S = 480
 # Every section's limit; together they fit the total (tests/test_device_check.py checks the sum).
-SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 25, "store": 40, "steps": 75, "plan": 20,
-                   "checkpointing": 40, "deterministic": 30, "patcher": 20, "repeat": 15, "rope": 20, "checksum": 15,
-                   "zero2": 65}
+SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 25, "store": 40, "steps": 65, "plan": 20,
+                   "checkpointing": 40, "deterministic": 30, "patcher": 20, "latency": 10, "repeat": 15, "rope": 20,
+                   "checksum": 15, "zero2": 65}
 ROPE_SHAPE = {"full": (4, 16, 1176, 128), "tiny": (2, 4, 64, 32)}  # (batch, heads, tokens, head_dim)
 CHECKSUM_REPEATS = 20
 ZERO2_STEPS = 10
@@ -428,6 +432,42 @@ def patcher(state: dict, device: torch.device, count: int) -> dict:
             "on_over_off": round(times["on"] / times["off"], 3), "steps_measured": count}
 
 
+def latency(state: dict, device: torch.device, count: int) -> dict:
+    """A request's stages at batch 1 through the serving Policy with its stage clock (no websocket): the median
+    ms of `count` requests after a warm-up, plain and with real-time chunking (the warm-up's last rows as
+    prev_actions, delay 2). The clock stays on the model, so this is the last section that uses it."""
+    from bench_latency import synthetic_statistics
+
+    from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection
+    from DiT4DiT.config.typed import section
+    from DiT4DiT.serving.policy import Policy, PolicyShape
+    from DiT4DiT.serving.stage_timing import MODEL_STAGES
+
+    model, cfg, views = state["model"].eval(), state["cfg"], state["views"]
+    shape = PolicyShape.of(section(cfg.framework, FrameworkSection), section(cfg.datasets.vla_data,
+                                                                             DatasetsVlaDataSection), 1)
+    head = cfg.framework.action_model
+    policy = Policy(model, shape, "device_check", synthetic_statistics(head.state_dim, head.action_dim), profile=True)
+    lang = make_examples(cfg, batch=1, views=views)[0]["lang"]  # stored by the build section
+
+    def ask(**fields) -> tuple[dict, float]:
+        example = {"image": [np.zeros((shape.image_size, shape.image_size * views, 3), np.uint8)], "lang": lang,
+                   "seed": 0, **fields}
+        if shape.state_dim:
+            example["state"] = np.zeros((1, shape.state_dim), np.float32)
+        return _timed(device, lambda: policy.infer(policy.check({"examples": [example]})))[::-1]
+
+    previous = ask()[0]["normalized_actions"][0]
+    rows = {}
+    for name, fields in (("plain", {}), ("rtc", {"prev_actions": previous[shape.chunk // 2:], "inference_delay": 2})):
+        runs = [ask(**fields) for _ in range(count)]
+        stages = np.median([answer["stage_ms"][0] for answer, _ in runs], axis=0)
+        rows[name] = {**{stage: round(float(ms), 2) for stage, ms in zip(MODEL_STAGES, stages)},
+                      "total": round(statistics.median(seconds for _, seconds in runs) * 1e3, 2)}
+    return {"stages_ms": rows, "sampling_steps": policy.sampling_steps, "requests_measured": count,
+            "rtc_over_plain": round(rows["rtc"]["total"] / rows["plain"]["total"], 3)}
+
+
 def _timed(device: torch.device, run) -> tuple[float, object]:
     bench_model.synchronize(device)
     start = time.perf_counter()
@@ -603,8 +643,15 @@ def checksum_line(sums: dict) -> str:
         for name, r in sums["sums"].items())
 
 
-SUMMARY_LINES = {"deterministic": deterministic_line, "patcher": patcher_line, "rope": rope_line,
-                 "checksum": checksum_line}
+def latency_line(lat: dict) -> str:
+    plain, rtc = lat["stages_ms"]["plain"], lat["stages_ms"]["rtc"]
+    return (f"request at batch 1 ({lat['sampling_steps']} sampling steps), ms: " + ", ".join(
+        f"{stage.replace('_', ' ')} {ms}" for stage, ms in plain.items()) + f"; with real-time chunking: action "
+        f"sampling {rtc['action_sampling']}, total {rtc['total']} ({lat['rtc_over_plain']}x)")
+
+
+SUMMARY_LINES = {"deterministic": deterministic_line, "patcher": patcher_line, "latency": latency_line,
+                 "rope": rope_line, "checksum": checksum_line}
 
 
 def print_table(data: dict) -> None:
@@ -694,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
             report.run("deterministic", limits["deterministic"], deterministic, state, device,
                        5 if args.full_size else 2)
             report.run("patcher", limits["patcher"], patcher, state, device, 3 if args.full_size else 2)
+            report.run("latency", limits["latency"], latency, state, device, 3 if args.full_size else 2)
         state.clear()  # the model's memory back before the last two sections
         gc.collect()
         if device.type != "cpu":

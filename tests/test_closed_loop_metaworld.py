@@ -365,6 +365,36 @@ def test_a_served_policy_gives_the_serial_per_episode_results_in_two_processes(d
 
 
 @pytest.mark.slow
+def test_chunks_run_async_and_with_real_time_chunking_under_a_simulated_delay(demo_ckpt, tmp_path):
+    port = free_port()
+    server = serve(demo_ckpt, port)
+    summaries = {}
+    try:
+        for execution, delay in (("rtc", "4"), ("async", "2"), ("sync", "2")):
+            out = tmp_path / f"{execution}{delay}"
+            result = metaworld("evaluate", "--server", f"127.0.0.1:{port}", "--wait_s", "300", "--task", TASK,
+                               "--episodes", "2", "--max_steps", "24", "--image_size", SIZE, "--videos", "0",
+                               "--execution", execution, "--inference_delay", delay, "--out", str(out))
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert f", {execution}, delay {delay}): " in result.stdout and "seam jump mean" in result.stdout
+            summaries[execution] = json.loads((out / "summary.json").read_text())
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    rtc, naive, sync = summaries["rtc"], summaries["async"], summaries["sync"]
+    assert (rtc["execution"], rtc["inference_delay"], rtc["execution_horizon"]) == ("rtc", 4, None)
+    for summary in summaries.values():
+        assert summary["seams"] > 0 and 0 <= summary["seam_jump_mean"] <= summary["seam_jump_max"]
+        assert summary["step_change_mean"] >= 0
+    # Episodes that run their 24 steps: the first reply after the delay, then async and rtc ask with 4 rows left
+    # (each later chunk runs 4 rows: 8 rows, less the delay's, less the 4 left); sync asks when a chunk is used up.
+    if rtc["episode_lengths"] == [24, 24]:
+        assert rtc["latency"]["requests"] == 2 * 5  # chunk 1 at step 0, then every 4 steps from step 8
+    if sync["episode_lengths"] == [24, 24]:
+        assert sync["latency"]["requests"] == 2 * 3  # steps 0, 10 and 20: 8 rows after each 2-step wait
+
+
+@pytest.mark.slow
 def test_a_killed_environment_process_is_reported_and_its_episodes_rerun(sim_env, tmp_path):
     import re
     import signal
@@ -406,6 +436,9 @@ BAD_OPTIONS = [
     (("--seed", "-1"), "--seed -1: episodes use seeds SEED..SEED+1"),
     (("--seed", "4294967295"), "--seed 4294967295: episodes use seeds SEED..SEED+1"),
     (("--num_envs", "0"), "--num_envs 0: run at least 1 environment process"),
+    (("--inference_delay", "-1"), "--inference_delay -1: give 0 or more policy steps"),
+    (("--policy", "zero", "--execution", "rtc"), "--execution rtc --inference_delay 0: chunks are executed for "
+                                                 "--policy server only"),
 ]
 
 

@@ -39,7 +39,7 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
     sections = json.loads(out.read_text())["sections"]
     assert {name: s["status"] for name, s in sections.items()} == {name: "ok" for name in (
         "environment", "build", "flops", "store", "steps", "plan", "checkpointing", "deterministic", "patcher",
-        "repeat", "rope", "checksum", "zero2")}
+        "latency", "repeat", "rope", "checksum", "zero2")}
     assert sections["plan"]["4"]["estimate_mib"] > 0 and sections["checkpointing"]["on"]["step_ms"] > 0
     assert sections["zero2"]["skipped"] == "1 device(s): the overlap_comm comparison needs 2"
     # the ranks would start in the launcher's environment for this host (CPU: its defaults)
@@ -56,6 +56,9 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
     assert sections["patcher"]["skipped"].startswith("mx_driving is not installed here: no patcher to time")
     assert "mx_driving patcher on/off: skipped: mx_driving is not installed here" in result.stdout
     assert sections["repeat"]["over_2_22"] and sections["repeat"]["same_gradient"]
+    latency = sections["latency"]["stages_ms"]
+    assert all(latency[kind][stage] > 0 for kind in ("plain", "rtc") for stage in ("vae_encode", "action_sampling"))
+    assert "request at batch 1 (4 sampling steps), ms: preprocess" in result.stdout
     # The analytic matmul count of a transformer forward is what torch's counter finds, within the small terms
     # it leaves out (time embedding, output modulation).
     assert 0.98 < sections["flops"]["counted_over_analytic_linear"] < 1.05

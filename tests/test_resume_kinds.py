@@ -1,4 +1,5 @@
 """Every normalisation kind resumes: a run continued from a saved state ends bitwise where an uninterrupted one ends.
+So does a run with training-time real-time chunking (its delays are drawn per example).
 
 The saved dataset_statistics.json is what a resumed run normalises with (training/resume.py); it must rebuild the
 normalisers as a fresh start does, sin/cos key widths included (every LIBERO, RoboCasa GR1 and G1 run). One
@@ -77,6 +78,17 @@ def as_killed_after(run_dir: Path, step: int) -> None:
     shutil.rmtree(run_dir / "final_model")
 
 
+def assert_resumes_to_the_same_end(tiny_pipeline_dir, tmp_path: Path, overrides) -> None:
+    """runs/straight, killed after its save at step 3 and resumed, ends bitwise where it ended."""
+    shutil.copytree(tmp_path / "runs/straight", tmp_path / "runs/killed")
+    as_killed_after(tmp_path / "runs/killed", 3)
+    resumed = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "killed", *overrides,
+                               "--trainer.is_resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 3" in resumed.stderr
+    assert_ends_equal(tmp_path / "runs/killed", tmp_path / "runs/straight")
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_each_normalisation_kind_resumes_bitwise(kind, tiny_pipeline_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(DATA_CONFIGS, MEAN_STD, _mean_std_config())
@@ -89,13 +101,22 @@ def test_each_normalisation_kind_resumes_bitwise(kind, tiny_pipeline_dir, tmp_pa
     tag = DATA_CONFIGS[data_config].embodiment_tag
     assert kind in statistics[tag]["state"]["normalization"]
 
-    shutil.copytree(tmp_path / "runs/straight", tmp_path / "runs/killed")
-    as_killed_after(tmp_path / "runs/killed", 3)
-    resumed = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "killed", *overrides,
-                               "--trainer.is_resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "at step 3" in resumed.stderr
-    assert_ends_equal(tmp_path / "runs/killed", tmp_path / "runs/straight")
+    assert_resumes_to_the_same_end(tiny_pipeline_dir, tmp_path, overrides)
+
+
+def test_a_run_with_training_time_rtc_resumes_bitwise(tiny_pipeline_dir, tmp_path):
+    """Its per-example delays come from torch's CPU generator, which the saved state restores."""
+    dataset = generate_lerobot("SO101", tmp_path / "data" / "so101", episodes=3, frames=(10, 14))
+    rtc = ("--framework.action_model.rtc_training.enabled=true", "--framework.action_model.rtc_training.max_delay=3",
+           "--framework.action_model.rtc_training.distribution=exponential")
+    overrides = (*data_overrides(dataset, "SO101"), *SIX_STEPS, *rtc)
+    straight = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "straight", *overrides)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    plain = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "plain",
+                             *data_overrides(dataset, "SO101"), *SIX_STEPS)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert losses(tmp_path / "runs/plain") != losses(tmp_path / "runs/straight")  # the option is in force
+    assert_resumes_to_the_same_end(tiny_pipeline_dir, tmp_path, overrides)
 
 
 # --- sin/cos through accelerate launch: kill -9 and SIGTERM ----------------------------------------------

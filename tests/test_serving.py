@@ -233,3 +233,29 @@ def test_a_missing_checkpoint_or_unavailable_device_is_a_clear_start_up_error(ti
 
     npu = call_main(main, ["--ckpt", str(tiny_ckpt), "--port", "0", "--device", "npu"], dict(os.environ))
     assert npu.returncode == 2 and "--device npu: torch_npu is not installed" in npu.stderr
+
+
+def test_a_profiling_server_says_where_each_request_spent_its_time(tiny_ckpt):
+    import torch
+
+    from DiT4DiT.serving.policy import Policy
+    from DiT4DiT.serving.stage_timing import STAGES
+
+    policy = Policy.load(tiny_ckpt, torch.device("cpu"), max_batch=2, profile=True, sampling_steps=3)
+    with running_server(policy) as running, PolicyClient("127.0.0.1", running.port) as client:
+        reply = client.predict_action({"examples": [example(0), example(1)], "request_id": "t"})
+        plain = client.infer([example(0)])
+    timing = reply["timing"]
+    assert set(timing) == {f"{stage}_ms" for stage in STAGES} | {"total_ms", "sampling_steps", "forward_examples"}
+    assert timing["sampling_steps"] == 3 and timing["forward_examples"] == 2
+    assert all(timing[f"{stage}_ms"] >= 0 for stage in STAGES)
+    assert sum(timing[f"{stage}_ms"] for stage in STAGES) <= timing["total_ms"] * 1.05 + 1
+    assert set(reply["data"]) == set(plain) == {"normalized_actions", "actions"}  # timing travels beside the data
+
+
+def test_bad_sampling_steps_are_refused_before_anything_loads(tiny_ckpt):
+    from DiT4DiT.serving.server import main
+
+    zero = call_main(main, ["--ckpt", str(tiny_ckpt), "--port", "0", "--device", "cpu", "--sampling_steps", "0"],
+                     dict(os.environ))
+    assert zero.returncode == 2 and "--sampling_steps 0: must be 1 to 1000" in zero.stderr

@@ -94,6 +94,21 @@ class FrameworkActionModelDiffusionModelCfgSection:
 
 
 @dataclass(frozen=True)
+class FrameworkActionModelRtcTrainingSection:
+    """framework.action_model.rtc_training"""
+
+    enabled: bool = key(False, "training-time real-time chunking: per example a delay d is drawn, the first d actions "
+                        "are given clean (flow time 0) and left out of the loss, so a served chunk continues the "
+                        "previous one exactly (docs/serving.md)")
+    max_delay: int = key(4, "largest delay d drawn, in actions; below the chunk length", min=1)
+    distribution: Literal["uniform", "exponential"] = key(
+        "uniform", "how d is drawn from 0..max_delay: uniform, or exponential (P(d) proportional to "
+        "exp(-d / temperature), more small delays)")
+    temperature: float = key(1.0, "exponential distribution's scale, in actions (larger flattens it)", min=0.01,
+                             why="P(d) is proportional to exp(-d / temperature); below 0.01 only d = 0 is ever drawn")
+
+
+@dataclass(frozen=True)
 class FrameworkActionModelSection:
     """framework.action_model"""
 
@@ -119,6 +134,8 @@ class FrameworkActionModelSection:
     num_inference_timesteps: int = key(4, "Euler steps at inference", min=1)
     diffusion_model_cfg: FrameworkActionModelDiffusionModelCfgSection = field(
         default_factory=FrameworkActionModelDiffusionModelCfgSection)
+    rtc_training: FrameworkActionModelRtcTrainingSection = field(
+        default_factory=FrameworkActionModelRtcTrainingSection)
 
     @property
     def chunk_length(self) -> int:

@@ -89,6 +89,11 @@ def check_rules(cfg: DictConfig) -> None:
                  "size table together: set both or neither")
         _require(dit.positional_embeddings is None,
                  "framework.action_model.diffusion_model_cfg.positional_embeddings: only null is supported")
+        rtc = head.rtc_training
+        _require(not rtc.enabled or rtc.max_delay < chunk,
+                 f"framework.action_model.rtc_training.max_delay={rtc.max_delay} must be below the action chunk "
+                 f"({chunk} steps): a delay of the whole chunk leaves nothing to predict; lower it (at most "
+                 f"{chunk // 2} keeps a delay within half the chunk, as real-time chunking assumes)")
     fm = cosmos.flow_matching
     _require(not fm.high_sigma_ratio or fm.high_sigma_min is not None,
              f"framework.cosmos25.flow_matching.high_sigma_min is null but high_sigma_ratio={fm.high_sigma_ratio}; "

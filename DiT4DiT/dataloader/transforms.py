@@ -1,4 +1,5 @@
-"""Per-dimension state/action normalisation (min_max, q99, mean_std, binary, identity, sincos) and its inverse."""
+"""Per-dimension state/action normalisation (min_max, q99, mean_std, binary, identity, sincos) and its inverse, and
+a robot state encoded as training feeds it."""
 
 from __future__ import annotations
 
@@ -134,3 +135,28 @@ class Normalizer:
                                 "DiT4DiT); pass modes=, e.g. from the data config that trained the model")
             modes = ["min_max" if kept else "identity" for kept in section["mask"]]
         return cls(modes, section, key_widths if key_widths is not None else section.get("key_widths"))
+
+
+class StateEncoder:
+    """A robot's raw state -> (1, state_dim) float32 as training feeds the model: normalised per dim with the run's
+    `state` statistics (sin/cos keys become two values each), zero-padded to the model's state width. The policy
+    server (an example's "state_units": "robot") and the simulator clients encode with it."""
+
+    def __init__(self, section: Mapping, state_dim: int):
+        self.normalizer = Normalizer.from_statistics(section)
+        self.width = len(self.normalizer.modes)
+        self.state_dim = int(state_dim)
+        encoded = encoded_width(self.normalizer.modes)
+        if encoded > self.state_dim:
+            raise DataError(f"the run's state statistics encode {self.width} values as {encoded}, wider than the "
+                            f"model's state ({self.state_dim}, framework.action_model.state_dim)")
+
+    def __call__(self, raw) -> np.ndarray:
+        raw = np.asarray(raw, dtype=np.float64).reshape(-1)
+        if raw.size != self.width:
+            raise DataError(f"the robot state has {raw.size} values but the run's statistics describe {self.width}; "
+                            "send the state keys the model was trained on, in the data config's order")
+        encoded = self.normalizer.normalize(raw)
+        out = np.zeros((1, self.state_dim), dtype=np.float32)
+        out[0, : encoded.size] = encoded
+        return out

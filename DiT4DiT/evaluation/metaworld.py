@@ -5,6 +5,7 @@
     python -m DiT4DiT.evaluation.metaworld evaluate --server 127.0.0.1:10093 --task handle-press-v3 --episodes 50 --out DIR
     python -m DiT4DiT.evaluation.metaworld evaluate --policy zero --task handle-press-v3 --episodes 50 --out DIR
     ... evaluate ... --num_envs 4     # four simulator processes, the same per-episode results
+    ... evaluate ... --execution rtc --inference_delay 4   # the next chunk computed while 4 steps execute
 
 Runs in `.venv-metaworld` (`make sim-env`; no torch there) and renders headless (MUJOCO_GL=egl, else osmesa).
 The dataset goes to DATA_ROOT/metaworld_<task>_demos, a dataset of its own that training reads by path with the
@@ -350,6 +351,12 @@ class ZeroPolicy:
     def act(self, views, state, instruction) -> np.ndarray:
         return np.zeros(ENV_ACTION_DIM, dtype=np.float32)
 
+    def seam_jumps(self) -> list[float]:
+        return []  # no chunks
+
+    def step_changes(self) -> list[float]:
+        return []
+
 
 class RandomPolicy(ZeroPolicy):
     """Uniform actions in the env's range, drawn from the episode's seed (a stream of its own, [seed, 3])."""
@@ -374,19 +381,27 @@ class ExpertPolicy(ZeroPolicy):
 
 
 class ServerPolicy(ChunkedPolicy):
-    """The served chunks as Meta-World env actions."""
+    """The served chunks as Meta-World env actions; while no row is there (sync with --inference_delay) the hand
+    holds still and the gripper keeps its last effort."""
 
-    def __init__(self, client, blank_images: bool = False):
-        super().__init__(client, blank_images)
+    def __init__(self, client, blank_images: bool = False, **execution):
+        super().__init__(client, blank_images, **execution)
         if self.action_dim != 7:
             raise SimulatorError(f"the served model returns {self.action_dim}-dim actions; this adapter needs the 7 "
                                  f"of the {DATA_CONFIG} layout (train on data from `collect`)")
+        self._held = np.zeros(ENV_ACTION_DIM, dtype=np.float32)
 
     def reset(self, seed: int) -> None:
         super().reset((seed,))  # the requests' noise seeds come from the episode's seed and the step
+        self._held = np.zeros(ENV_ACTION_DIM, dtype=np.float32)
 
     def act(self, views, state, instruction) -> np.ndarray:
-        return env_action(self.next_row(views, state, instruction))
+        row = self.next_row(views, state, instruction)
+        if row is None:
+            return self._held
+        action = env_action(row)
+        self._held = np.array([0.0, 0.0, 0.0, action[3]], dtype=np.float32)
+        return action
 
 
 POLICIES = ("server", "zero", "random", "expert")
@@ -420,6 +435,7 @@ class EvaluationRun:
     max_steps: int
     videos: int
     wait_s: float
+    execution: dict = field(default_factory=dict)  # ChunkedPolicy's execution, inference_delay, execution_horizon
 
 
 def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
@@ -429,7 +445,7 @@ def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
     try:
         scene = Scene(run.task, run.setup)
         if client is not None:
-            policy = ServerPolicy(client, run.blank_images)
+            policy = ServerPolicy(client, run.blank_images, **run.execution)
         elif run.policy == "expert":
             policy = ExpertPolicy(scene)
         else:
@@ -439,7 +455,8 @@ def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
             won, steps, frames = run_episode(scene, policy, run.seed + i, run.max_steps, keep_frames=i < run.videos)
             log.info("%s episode %d (seed %d): %s in %d steps", run.task, i, run.seed + i,
                      "success" if won else "failure", steps)
-            report(i, {"success": won, "steps": steps, "frames": frames, "latencies_s": policy.latencies_s[asked:]})
+            report(i, {"success": won, "steps": steps, "frames": frames, "latencies_s": policy.latencies_s[asked:],
+                       "seam_jumps": policy.seam_jumps(), "step_changes": policy.step_changes()})
     finally:
         if scene is not None:
             scene.close()
@@ -449,9 +466,11 @@ def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
 
 def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server", server: str | None = None,
              blank_images: bool = False, setup: SceneSetup = SceneSetup(), seed: int = 1000, max_steps: int = 150,
-             videos: int = 3, wait_s: float = 10.0, num_envs: int = 1) -> dict:
+             videos: int = 3, wait_s: float = 10.0, num_envs: int = 1, execution: str = "sync",
+             inference_delay: int = 0, execution_horizon: int | None = None) -> dict:
     """Run the episodes over `num_envs` environment processes; write summary.json, the adapters' result files,
-    outcomes.png and frames.png into out."""
+    outcomes.png and frames.png into out. `execution`, `inference_delay` and `execution_horizon`: how a served
+    policy's chunks run (ChunkedPolicy)."""
     from DiT4DiT.evaluation.closed_loop_report import plot_outcomes, write_frame_strip, write_summary
     from DiT4DiT.evaluation.summary import summarize, write_task_result
 
@@ -468,7 +487,13 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
         server_address(server)  # a bad address is one line here, not one per environment process
     else:
         server = None
-    run = EvaluationRun(task, setup, policy_name, server, blank_images, seed, max_steps, videos, wait_s)
+        if execution != "sync" or inference_delay:
+            raise BadArgument(f"--execution {execution} --inference_delay {inference_delay}: chunks are executed for "
+                              "--policy server only")
+    if inference_delay < 0:
+        raise BadArgument(f"--inference_delay {inference_delay}: give 0 or more policy steps")
+    chunks = {"execution": execution, "inference_delay": inference_delay, "execution_horizon": execution_horizon}
+    run = EvaluationRun(task, setup, policy_name, server, blank_images, seed, max_steps, videos, wait_s, chunks)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -478,7 +503,9 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     results = [done.results[i] for i in range(episodes)]
     outcomes, lengths = [r["success"] for r in results], [r["steps"] for r in results]
     label = policy_name + (" (blank images)" if blank_images else "")
-    summary = write_summary(out, SUITE, task, outcomes, lengths,
+    jumps = [jump for r in results for jump in r["seam_jumps"]]
+    changes = [change for r in results for change in r["step_changes"]]
+    summary = write_summary(out, SUITE, task, outcomes, lengths, **chunks, **seam_summary(jumps, changes),
                             latencies_s=[s for r in results for s in r["latencies_s"]], wall_s=wall, policy=label,
                             server=server, max_steps=max_steps, image_size=setup.image_size,
                             seeds=[seed, seed + episodes - 1], cameras=list(setup.cameras),
@@ -491,6 +518,14 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     if strips:
         write_frame_strip(out / "frames.png", strips)
     return summary
+
+
+def seam_summary(jumps: list[float], changes: list[float]) -> dict:
+    """The jumps between the last action run from one chunk and the first from the next (robot units, L2), and,
+    for scale, the mean change between consecutive actions of one chunk."""
+    return {"seams": len(jumps), "seam_jump_mean": float(np.mean(jumps)) if jumps else None,
+            "seam_jump_max": float(np.max(jumps)) if jumps else None,
+            "step_change_mean": float(np.mean(changes)) if changes else None}
 
 
 def camera_pair(text: str) -> tuple[str, str]:
@@ -550,6 +585,14 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--num_envs", type=int, default=1,
                    help="environment processes, each with its own simulator and server connection; the episodes are "
                         "split into contiguous blocks, and the results are those of --num_envs 1")
+    e.add_argument("--execution", default="sync", choices=("sync", "async", "rtc"),
+                   help="sync: a chunk's rows, then the next request (the original's loop); async: ask with "
+                        "--execution_horizon rows left and keep executing; rtc: async with real-time chunking")
+    e.add_argument("--inference_delay", type=int, default=0,
+                   help="policy steps a request takes to answer, simulated: the env keeps stepping with the old "
+                        "chunk (sync: holds still) for this many steps; no wall clock")
+    e.add_argument("--execution_horizon", type=int, default=None,
+                   help="async/rtc: rows left when the next chunk is asked for (default max(delay, chunk / 2))")
     commands.add_parser("tasks", help="list the Meta-World v3 tasks")
     args = parser.parse_args(argv)
     configure_logging()
@@ -567,11 +610,14 @@ def run_command(args: argparse.Namespace) -> None:
         summary = evaluate(args.task, args.episodes, args.out, policy_name=args.policy, server=args.server,
                            blank_images=args.blank_images, setup=scene_setup(args), seed=args.seed,
                            max_steps=args.max_steps, videos=args.videos, wait_s=args.wait_s,
-                           num_envs=args.num_envs)
+                           num_envs=args.num_envs, execution=args.execution, inference_delay=args.inference_delay,
+                           execution_horizon=args.execution_horizon)
         low, high = summary["ci95"]
-        print(f"{args.task} ({summary['policy']}): {summary['successes']}/{summary['episodes']} "
-              f"= {summary['success_rate']:.0%} (95% interval {low:.0%}-{high:.0%}), "
-              f"mean length {summary['mean_length']:.0f} steps -> {args.out}/summary.json")
+        seams = (f", seam jump mean {summary['seam_jump_mean']:.3f} max {summary['seam_jump_max']:.3f} (within a "
+                 f"chunk {summary['step_change_mean']:.3f})" if summary["seams"] else "")
+        print(f"{args.task} ({summary['policy']}, {args.execution}, delay {args.inference_delay}): "
+              f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} (95% interval "
+              f"{low:.0%}-{high:.0%}), mean length {summary['mean_length']:.0f} steps{seams} -> {args.out}/summary.json")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.dataloader import transforms
 
 
 def resized_views(views, size: int) -> list[np.ndarray]:
@@ -25,21 +25,9 @@ def camera_fields(views, metadata: dict) -> dict:
     return {"image": [np.concatenate(resized, axis=1)]}
 
 
-class StateEncoder:
-    """Raw robot state -> (1, state_dim) float32 as in training: normalised with the run's statistics, zero-padded."""
+class StateEncoder(transforms.StateEncoder):
+    """Raw robot state -> (1, state_dim) float32 as in training, from the server's metadata (its statistics and
+    state width); the server does the same for an example sent with "state_units": "robot"."""
 
     def __init__(self, metadata: dict):
-        section = metadata["statistics"]["state"]
-        self.normalizer = Normalizer.from_statistics(section)
-        self.width = len(section["normalization"])
-        self.state_dim = int(metadata["state_dim"])
-
-    def __call__(self, raw) -> np.ndarray:
-        raw = np.asarray(raw, dtype=np.float64).reshape(-1)
-        if raw.size != self.width:
-            raise ValueError(f"the robot state has {raw.size} values but the run's statistics describe {self.width}; "
-                             "send the state keys the model was trained on, in the data config's order")
-        encoded = self.normalizer.normalize(raw)  # sin/cos keys encode one raw value as two
-        out = np.zeros((1, self.state_dim), dtype=np.float32)
-        out[0, : encoded.size] = encoded
-        return out
+        super().__init__(metadata["statistics"]["state"], int(metadata["state_dim"]))

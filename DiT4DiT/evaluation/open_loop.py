@@ -23,7 +23,7 @@ import torch
 from DiT4DiT.atomic_files import write_json_atomic
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.dataloader.dataset import combine_views
-from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.dataloader.transforms import StateEncoder
 from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.plots import plot_episode, plot_joint_errors
 from DiT4DiT.logging_setup import configure_logging
@@ -47,18 +47,15 @@ def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tup
     first = int(part.ends[episode_position - 1]) if episode_position else 0
     length = int(part.ends[episode_position]) - first
     chunk = policy.shape.chunk
-    state_normalizer = Normalizer.from_statistics(policy.statistics["state"])
+    encode_state = StateEncoder(policy.statistics["state"], policy.shape.state_dim) if policy.shape.state_dim else None
     examples, recorded = [], []
     for t in range(0, length, chunk):
         raw = part.read(first + t, decode)
         # The current frame of each camera, combined in the run's layout as training combined them.
         current = combine_views([view[:1] for view in raw.views], policy.shape.image_size, policy.shape.views)
         example = {"image": current[:1], "lang": raw.lang}
-        if policy.shape.state_dim:
-            state = np.zeros((1, policy.shape.state_dim), dtype=np.float32)
-            normalized = np.ravel(state_normalizer.normalize(raw.state))  # sin/cos dims come out twice as wide
-            state[0, : normalized.size] = normalized
-            example["state"] = state
+        if encode_state is not None:
+            example["state"] = encode_state(raw.state)
         examples.append(example)
         recorded.append(raw.action)
     predicted = np.concatenate([policy.infer(examples[i:i + QUERIES_PER_BATCH])["actions"]

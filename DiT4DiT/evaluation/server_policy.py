@@ -1,4 +1,5 @@
-"""The client side of a closed loop: one request to our policy server per action chunk, its rows one per step.
+"""The client side of a closed loop: requests to our policy server for action chunks, their rows one per step
+(serving.client.ChunkQueue decides when to ask and which rows run: sync, async or real-time chunking).
 
 The simulators' adapters (metaworld, libero) subclass ChunkedPolicy and turn a row of the dataset's action layout
 into their env's action. Each request carries a noise seed made from the episode and the step (request_seed), so a
@@ -45,7 +46,14 @@ def request_seed(episode: tuple[int, ...], step: int) -> int:
 
 
 class ChunkedPolicy:
-    """Asks the server for an action chunk every `action_chunk` steps; next_row() returns the chunk's rows in order.
+    """Asks the server for action chunks and returns their rows one per step (next_row), executed as
+    serving.client.ChunkQueue says: `sync` (default: one request every `action_chunk` steps, the rows in order, the
+    original's loop), `async` or `rtc`.
+
+    `inference_delay` D simulates a slow model without a clock: a request's reply becomes usable D policy steps
+    after it was sent, and meanwhile the old chunk's rows keep executing (async, rtc) or, in sync, nothing does
+    (next_row returns None: the adapter holds the robot still). `execution_horizon`: how many rows are left when
+    async and rtc ask (default max(D, chunk / 2)). seam_jumps() gives the episode's jumps at changes of chunk.
 
     blank_images=True sends black frames: what the model makes of the state alone. reset(episode) starts an
     episode; its requests carry request_seed(episode, step) as the example's "seed" (an extra example key, which the
@@ -54,36 +62,77 @@ class ChunkedPolicy:
 
     sees = True  # it looks at the views, so the adapter must render them
 
-    def __init__(self, client, blank_images: bool = False):
+    def __init__(self, client, blank_images: bool = False, *, execution: str = "sync", inference_delay: int = 0,
+                 execution_horizon: int | None = None):
+        from DiT4DiT.serving.client import ChunkQueue, supports_rtc
+
         meta = self.metadata = client.metadata
         self.client = client
         self.action_dim = int(meta["action_dim"])
         self.chunk = int(meta["action_chunk"])
         self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
         self.blank_images = blank_images
+        if execution == "rtc" and not supports_rtc(meta):
+            raise SimulatorError("--execution rtc: the server names no real-time chunking support (the original's "
+                                 "server?); serve the run with `python -m DiT4DiT.serving.server`")
+        if not 0 <= inference_delay < self.chunk:
+            raise BadArgument(f"--inference_delay {inference_delay}: give 0 to {self.chunk - 1} policy steps (below "
+                              f"the served chunk of {self.chunk})")
+        horizon = max(inference_delay, self.chunk // 2) if execution_horizon is None else execution_horizon
+        if not inference_delay <= horizon <= self.chunk:
+            raise BadArgument(f"--execution_horizon {horizon}: give {inference_delay} (the delay) to {self.chunk} (the "
+                              "chunk) rows left when the next chunk is asked for")
+        self.execution, self.inference_delay, self.execution_horizon = execution, inference_delay, horizon
+        self._make_queue = lambda: ChunkQueue(execution, horizon, (meta.get("rtc") or {}).get("max_delay"))
         self.latencies_s: list[float] = []  # one per request
-        self._actions: np.ndarray | None = None
+        self._queue = self._make_queue()
+        self._reply: dict | None = None  # a reply not usable yet
+        self._wait = 0  # steps until it is
         self._step = 0
         self._episode: tuple[int, ...] = ()
 
     def reset(self, episode: tuple[int, ...]) -> None:
-        self._actions, self._step, self._episode = None, 0, tuple(int(part) for part in episode)
+        self._queue, self._reply, self._wait = self._make_queue(), None, 0
+        self._step, self._episode = 0, tuple(int(part) for part in episode)
 
-    def next_row(self, views, state, instruction: str) -> np.ndarray:
-        """This step's row of the served chunk (the dataset's action units), asking for a new chunk when one ends."""
-        if self._step % self.chunk == 0:
-            if self.blank_images:
-                views = [np.zeros_like(view) for view in views]
-            example = {**camera_fields(views, self.metadata), "lang": instruction,
-                       "seed": request_seed(self._episode, self._step)}
-            if self.encode_state is not None:
-                example["state"] = self.encode_state(state)
-            started = time.perf_counter()
-            try:
-                self._actions = np.asarray(self.client.infer([example])["actions"][0])
-            except Exception as error:  # a server error or a dropped connection ends the evaluation
-                raise SimulatorError(f"the policy server failed on a request: {error}") from None
-            self.latencies_s.append(time.perf_counter() - started)
-        row = self._actions[self._step % self.chunk]
+    def seam_jumps(self) -> list[float]:
+        """This episode's jumps between the last row run from one chunk and the first from the next (robot units)."""
+        return self._queue.seam_jumps()
+
+    def step_changes(self) -> list[float]:
+        """This episode's changes between consecutive rows of one chunk (robot units): a seam jump's scale."""
+        return self._queue.step_changes
+
+    def next_row(self, views, state, instruction: str) -> np.ndarray | None:
+        """This step's row (the dataset's action units), or None while the robot waits for a chunk (sync with a
+        delay, or the chunk used up before the reply)."""
+        queue = self._queue
+        if self._reply is not None and self._wait == 0:
+            queue.received(self._reply)
+            self._reply = None
+        if queue.wants_request():
+            fields = queue.request_fields(self.inference_delay)
+            self._reply, self._wait = self._ask(views, state, instruction, fields), self.inference_delay
+            queue.sent(fields)
+            if self._wait == 0:
+                queue.received(self._reply)
+                self._reply = None
+        row = queue.pop()
+        self._wait = max(0, self._wait - 1)
         self._step += 1
         return row
+
+    def _ask(self, views, state, instruction: str, fields: dict) -> dict:
+        if self.blank_images:
+            views = [np.zeros_like(view) for view in views]
+        example = {**camera_fields(views, self.metadata), "lang": instruction,
+                   "seed": request_seed(self._episode, self._step), **fields}
+        if self.encode_state is not None:
+            example["state"] = self.encode_state(state)
+        started = time.perf_counter()
+        try:
+            reply = self.client.infer([example])
+        except Exception as error:  # a server error or a dropped connection ends the evaluation
+            raise SimulatorError(f"the policy server failed on a request: {error}") from None
+        self.latencies_s.append(time.perf_counter() - started)
+        return reply

@@ -62,3 +62,10 @@ def select_device(requested: str = "auto") -> torch.device:
     if npu_loaded:
         log.warning("torch_npu is installed but sees no NPU device; serving on the CPU")
     return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (nothing to wait for on the CPU): what a stage timer must do at each
+    boundary, since kernels run asynchronously on an accelerator."""
+    if device.type != "cpu":
+        getattr(torch, device.type).synchronize(device)

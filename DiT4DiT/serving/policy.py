@@ -1,9 +1,16 @@
-"""A trained DiT4DiT run as a policy: request checks, prediction, and actions in the robot's units."""
+"""A trained DiT4DiT run as a policy: request checks, prediction, and actions in the robot's units.
+
+Beyond the original's request an example may carry: "seed" (its own noise), "state_units": "robot" (a raw state
+the server encodes as training did), and "prev_actions" with "inference_delay" (and optionally
+"execution_horizon"): real-time chunking, the new chunk continuing the previous one (model/modules/action_model/
+rtc.py). An example without them is answered as before, bit for bit.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,13 +21,16 @@ from DiT4DiT.config.schema import MAX_SEQUENCE_LENGTH
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader.dataset import combine_views
-from DiT4DiT.dataloader.transforms import Normalizer
+from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.transforms import Normalizer, StateEncoder
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.memory_estimate import mixture_views
 from DiT4DiT.model.framework.share_tools import check_unnorm_key
+from DiT4DiT.model.modules.action_model.rtc import MAX_GUIDANCE_WEIGHT, PREFIX_KEYS
 from DiT4DiT.serving.layout import run_layout
 from DiT4DiT.serving.run_folder_checks import RunFolderFileError, read_run_config_file
+from DiT4DiT.serving.stage_timing import StageClock
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +47,8 @@ SEED_RANGE = (0, 2**63 - 1)
 # Views side by side when the run's mixture does not say how many cameras it has (a mixture file, say).
 MAX_VIEWS_UNKNOWN = 8
 FLOAT_BYTES = 4
+STATE_UNITS = ("normalized", "robot")  # an example's "state_units": as the original's clients send it, or raw
+MAX_SAMPLING_STEPS = 1000  # the server's --sampling_steps bound: the head quantises time into 1000 buckets
 
 
 def camera_count(data_mix: str, data_config: str) -> int:
@@ -62,15 +74,21 @@ class PolicyShape:
     max_frames: int  # frames per example the run trained on (only the first conditions the action)
     max_instruction_chars: int
     views: str = "side_by_side"  # the run's camera layout (datasets.vla_data.views): side_by_side | as_frames
+    # Real-time chunking: the largest inference_delay a request may ask for. Heads trained with
+    # framework.action_model.rtc_training take exact prefixes up to its max_delay; others are guided, up to chunk-1.
+    exact_prefix: bool = False
+    max_delay: int = 0
 
     @classmethod
     def of(cls, framework: FrameworkSection, data: DatasetsVlaDataSection, max_batch: int,
            views: str = "side_by_side") -> "PolicyShape":
         head = framework.action_model
         frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+        exact = head.rtc_training.enabled
         return cls(data.image_size, head.state_dim, head.chunk_length, head.action_dim, max_batch,
                    camera_count(data.data_mix, data.data_config), frames,
-                   CHARS_PER_TOKEN * framework.cosmos25.max_sequence_length, views)
+                   CHARS_PER_TOKEN * framework.cosmos25.max_sequence_length, views, exact,
+                   head.rtc_training.max_delay if exact else head.chunk_length - 1)
 
     def frame_shape(self) -> str:
         """An `image` frame's shape for this layout, as the errors name it."""
@@ -90,7 +108,8 @@ class PolicyShape:
         """The largest well-formed request: max_batch examples of max_frames float32 frames of max_views views,
         instructions at their bound (4 bytes a character at most in UTF-8), states; plus 1 MiB of framing."""
         frame = self.image_size * self.image_size * self.max_views * 3 * FLOAT_BYTES
-        example = self.max_frames * frame + FLOAT_BYTES * self.max_instruction_chars + FLOAT_BYTES * 8 * self.state_dim
+        example = (self.max_frames * frame + FLOAT_BYTES * self.max_instruction_chars
+                   + FLOAT_BYTES * 8 * self.state_dim + 8 * self.chunk * self.action_dim)  # prev_actions, float64
         return self.max_batch * example + (1 << 20)
 
 
@@ -184,19 +203,32 @@ def _frames(value, where: str, max_frames: int) -> list[np.ndarray]:
 
 class Policy:
     """One loaded model answering checked requests; `infer` is not thread-safe (the server's one model thread
-    runs it)."""
+    runs it). `profile`: every answer carries its stages' milliseconds (stage_timing.py) as `stage_ms`."""
 
-    def __init__(self, model, shape: PolicyShape, statistics_tag: str, statistics: dict):
+    def __init__(self, model, shape: PolicyShape, statistics_tag: str, statistics: dict, profile: bool = False):
         self.model = model
         self.shape = shape
         self.statistics_tag = statistics_tag
         self.statistics = statistics
         self.unnormalize = ActionUnnormalizer(statistics["action"])
+        self.encode_state, self._robot_state_problem = None, "this model takes no state"
+        if shape.state_dim:
+            try:
+                self.encode_state = StateEncoder(statistics["state"], shape.state_dim)
+            except (DataError, KeyError) as error:  # the original's statistics name no modes
+                self._robot_state_problem = f"the run's state statistics cannot encode a raw state ({error})"
+        self.clock = StageClock(model, model.backbone_interface.device) if profile else None
+
+    @property
+    def sampling_steps(self) -> int:
+        return self.model.action_model.num_inference_timesteps
 
     @classmethod
     def load(cls, ckpt: str | Path, device: torch.device, *, bf16: bool = False, unnorm_key: str | None = None,
-             max_batch: int = 64, base_model: str | None = None) -> "Policy":
-        """`base_model`: the local Cosmos snapshot, for a run folder whose recorded one does not exist here."""
+             max_batch: int = 64, base_model: str | None = None, sampling_steps: int | None = None,
+             profile: bool = False) -> "Policy":
+        """`base_model`: the local Cosmos snapshot, for a run folder whose recorded one does not exist here.
+        `sampling_steps`: the head's Euler steps in place of framework.action_model.num_inference_timesteps."""
         from DiT4DiT.model.framework.base_framework import baseframework
 
         if not Path(ckpt).is_file():
@@ -227,7 +259,11 @@ class Policy:
         log.info("camera layout %s (%s): requests may send an example's cameras one by one as 'views', or 'image' "
                  "frames of that layout", layout.views, layout.source)
         shape = PolicyShape.of(section(model.config.framework, FrameworkSection), data, max_batch, layout.views)
-        return cls(model, shape, tag, entry)
+        if sampling_steps is not None:
+            log.info("action sampling with %d Euler steps (the run trained with num_inference_timesteps=%d)",
+                     sampling_steps, model.action_model.num_inference_timesteps)
+            model.action_model.num_inference_timesteps = sampling_steps
+        return cls(model, shape, tag, entry, profile)
 
     def metadata(self) -> dict:
         """Sent on connect. `env` as the original's server; the rest lets a client build requests without the run dir."""
@@ -240,6 +276,11 @@ class Policy:
             "action_dim": self.unnormalize.width,
             "unnorm_key": self.statistics_tag,
             "statistics": {"action": self.statistics["action"], "state": self.statistics["state"]},
+            "state_units": list(STATE_UNITS if self.encode_state is not None else STATE_UNITS[:1]),
+            "sampling_steps": self.sampling_steps,
+            # Real-time chunking: exact prefixes (a head trained with rtc_training) or P1's guidance.
+            "rtc": {"prefix": "exact" if self.shape.exact_prefix else "guided", "max_delay": self.shape.max_delay,
+                    "max_guidance_weight": None if self.shape.exact_prefix else MAX_GUIDANCE_WEIGHT},
             "limits": {"max_batch": self.shape.max_batch, "max_views": self.shape.max_views,
                        "max_frames": self.shape.max_frames, "max_instruction_chars": self.shape.max_instruction_chars,
                        "max_view_pixels": self.shape.max_view_pixels()},
@@ -285,11 +326,62 @@ class Policy:
         else:
             current = self._current_frame(example["image"], where)
         out = {"image": [current], "lang": lang}
+        units = example.get("state_units", STATE_UNITS[0])
+        if units not in STATE_UNITS:
+            raise RequestError(f"{where}.state_units is {units!r}; send 'normalized' (normalised as in training and "
+                               "zero-padded, the default) or 'robot' (the raw state, encoded here)")
         if "state" in example:
-            out["state"] = self._check_state(example["state"], where)
+            out["state"] = (self._robot_state(example["state"], where) if units == "robot"
+                            else self._check_state(example["state"], where))
         if "seed" in example:
             out["seed"] = _check_seed(example["seed"], where)
+        if any(name in example for name in PREFIX_KEYS):
+            out.update(self._check_prefix(example, where))
         return out
+
+    def _robot_state(self, state, where: str) -> np.ndarray:
+        """A raw state encoded with the run's statistics exactly as training encoded it (StateEncoder)."""
+        if self.encode_state is None:
+            raise RequestError(f"{where}.state_units 'robot': {self._robot_state_problem}; send the state normalised")
+        if not isinstance(state, np.ndarray) or state.dtype.kind not in "fiu" or state.ndim > 2:
+            raise RequestError(f"{where}.state must be a numeric numpy array of the robot's {self.encode_state.width} "
+                               "raw state values (state_units 'robot')")
+        if not np.isfinite(state).all():
+            raise RequestError(f"{where}.state holds NaN or infinite values")
+        try:
+            return self.encode_state(state)
+        except DataError as error:
+            raise RequestError(f"{where}.state: {error}") from None
+
+    def _check_prefix(self, example, where: str) -> dict:
+        """Real-time chunking's keys: prev_actions, the previous reply's normalized_actions rows not yet executed
+        when this observation was taken (n, action_dim); inference_delay d, how many of them execute before this
+        reply arrives; execution_horizon, where the guided overlap ends (d..n, default n)."""
+        missing = [name for name in PREFIX_KEYS[:2] if name not in example]
+        if missing:
+            raise RequestError(f"{where} lacks {' and '.join(missing)}: real-time chunking needs prev_actions (the "
+                               "previous reply's normalized_actions rows not yet executed at this observation, (n, "
+                               f"{self.shape.action_dim})) and inference_delay (how many of them execute before this "
+                               "reply arrives)")
+        previous, chunk, width = example["prev_actions"], self.shape.chunk, self.shape.action_dim
+        if not isinstance(previous, np.ndarray) or previous.dtype.kind != "f" or previous.ndim != 2 \
+                or not 1 <= previous.shape[0] <= chunk or previous.shape[1] != width:
+            what = f"a {previous.dtype} array of shape {previous.shape}" if isinstance(previous, np.ndarray) \
+                else f"a {type(previous).__name__}"
+            raise RequestError(f"{where}.prev_actions is {what}; send float rows of the previous reply's "
+                               f"normalized_actions, (n, {width}) with n from 1 to the chunk's {chunk}")
+        if not np.isfinite(previous).all():
+            raise RequestError(f"{where}.prev_actions holds NaN or infinite values")
+        count = previous.shape[0]
+        most = min(count, self.shape.max_delay)
+        why = ("framework.action_model.rtc_training.max_delay, the most this model trained with" if
+               self.shape.exact_prefix else "the chunk less one")
+        delay = _check_count(example["inference_delay"], f"{where}.inference_delay", 0, most,
+                             f"at most the {count} prev_actions rows and {self.shape.max_delay} ({why})")
+        horizon = _check_count(example.get("execution_horizon", count), f"{where}.execution_horizon", delay, count,
+                               "from inference_delay to the prev_actions rows: where the guided overlap ends")
+        return {"prev_actions": np.array(previous, dtype=np.float32), "inference_delay": delay,
+                "execution_horizon": horizon}
 
     def _current_frame(self, image, where: str) -> np.ndarray:
         """The first of an example's `image` frames, each checked against the run's layout."""
@@ -352,8 +444,21 @@ class Policy:
             generators = [torch.Generator().manual_seed(example["seed"] if "seed" in example else
                                                         int(torch.randint(SEED_RANGE[1], ())))
                           for example in examples]
+        if self.clock is not None:
+            self.clock.measure()
         normalized = self.model.predict_action(examples, generators=generators)["normalized_actions"]
-        return {"normalized_actions": normalized.astype(np.float32), "actions": self.unnormalize(normalized)}
+        started = time.perf_counter()
+        answer = {"normalized_actions": normalized.astype(np.float32), "actions": self.unnormalize(normalized)}
+        if self.clock is not None:
+            self.clock.add("unnormalise", time.perf_counter() - started)
+            answer["stage_ms"] = np.tile(np.asarray(self.clock.stage_ms(), dtype=np.float64), (len(examples), 1))
+        return answer
+
+
+def _check_count(value, where: str, low: int, high: int, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not low <= int(value) <= high:
+        raise RequestError(f"{where} is {value!r}; give an integer from {low} to {high} ({what})")
+    return int(value)
 
 
 def _check_seed(seed, where: str) -> int:

@@ -47,7 +47,8 @@ from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV
 from DiT4DiT.serving import wire
 from DiT4DiT.serving.batching import Batcher, QueueFull, RequestTimedOut, ServerStopping
 from DiT4DiT.serving.device import DEVICE_CHOICES
-from DiT4DiT.serving.policy import Policy, RequestError
+from DiT4DiT.serving.policy import MAX_SAMPLING_STEPS, Policy, RequestError
+from DiT4DiT.serving.stage_timing import reply_timing
 
 log = logging.getLogger("dit4dit.serve")
 
@@ -261,6 +262,7 @@ class PolicyServer:
             message = wire.unpack(frame)
         except wire.WireError as error:
             return error_reply("invalid_request", "default", f"the frame is not msgpack the server can read: {error}")
+        decoded = time.perf_counter()
         if not isinstance(message, dict):
             return error_reply("invalid_request", "default", f"a request is a map; got {type(message).__name__}")
         request_id, kind = reply_id(message), message.get("type", "infer")
@@ -275,6 +277,7 @@ class PolicyServer:
         except RequestError as error:
             log.warning("request %s from %s refused: %s", request_id, peer, error)
             return error_reply("inference_result", request_id, str(error))
+        checked = time.perf_counter()
         try:
             data, timing = await self._batcher.submit(examples)
         except (QueueFull, ServerStopping, RequestTimedOut) as error:
@@ -283,6 +286,7 @@ class PolicyServer:
         except Exception as error:  # the model's own error goes back to the client; the server keeps serving
             log.error("request %s from %s failed in the model", request_id, peer, exc_info=error)
             return error_reply("inference_result", request_id, f"{type(error).__name__}: {error}")
+        stage_ms = data.pop("stage_ms", None)  # --profile: the model's stages, one row per example
         if not all(np.isfinite(value).all() for value in data.values()):
             log.error("request %s from %s: the model returned non-finite actions", request_id, peer)
             return error_reply("inference_result", request_id, "the model returned NaN or infinite actions for this "
@@ -290,7 +294,12 @@ class PolicyServer:
         log.info("request %s from %s: %d example(s) in %.1f ms (model %.1f ms, waited %.1f ms, forward of %d)",
                  request_id, peer, len(examples), (time.perf_counter() - started) * 1e3,
                  (timing.ended - timing.began) * 1e3, (timing.began - timing.queued) * 1e3, timing.forward_examples)
-        return ok_reply("inference_result", request_id, data=data)
+        if stage_ms is None:
+            return ok_reply("inference_result", request_id, data=data)
+        profile = reply_timing(stage_ms[0], decode_s=decoded - started, check_s=checked - decoded,
+                               queue_wait_s=timing.began - timing.queued, total_s=time.perf_counter() - started,
+                               sampling_steps=self.policy.sampling_steps, forward_examples=timing.forward_examples)
+        return ok_reply("inference_result", request_id, data=data, timing=profile)
 
 
 class RefusalLog:
@@ -379,6 +388,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--owner_pid", type=int, default=None,
                         help="stop when the process with this id ends (a server started for one run: the closed-loop "
                              "side process passes the trainer's)")
+    parser.add_argument("--sampling_steps", type=int, default=None,
+                        help="Euler steps of the action head (default: the run's "
+                             "framework.action_model.num_inference_timesteps; bench/bench_latency.py measures the "
+                             "effect on actions and time)")
+    parser.add_argument("--profile", action="store_true",
+                        help="every reply carries `timing`: milliseconds per stage (decode, check, queue wait, "
+                             "preprocess, prompt, VAE encode, feature pass, action sampling, unnormalise); the "
+                             "device is synchronised between stages")
     return parser
 
 
@@ -401,6 +418,8 @@ def option_problem(args) -> str | None:
                 f"{MAX_REQUEST_TIMEOUT_S:g}")
     if args.owner_pid is not None and (args.owner_pid < 1 or not process_lifetime.alive(args.owner_pid)):
         return f"--owner_pid {args.owner_pid}: no such process (the owner must be running when the server starts)"
+    if args.sampling_steps is not None and not 1 <= args.sampling_steps <= MAX_SAMPLING_STEPS:
+        return f"--sampling_steps {args.sampling_steps}: must be 1 to {MAX_SAMPLING_STEPS}"
     if args.token is not None and not (args.token.isascii() and args.token.isprintable()):
         return (f"the token (--token or ${wire.TOKEN_ENV}) holds characters other than printable ASCII; it travels "
                 "in an HTTP header, so pick one of letters, digits and punctuation")
@@ -422,7 +441,7 @@ def serve_policy(args: argparse.Namespace) -> None:
 
     device = select_device(args.device)
     policy = Policy.load(args.ckpt, device, bf16=args.bf16, unnorm_key=args.unnorm_key, max_batch=args.max_batch,
-                         base_model=args.base_model)
+                         base_model=args.base_model, sampling_steps=args.sampling_steps, profile=args.profile)
     log.info("model from %s on %s (statistics %s)", args.ckpt, device, policy.statistics_tag)
     limit = int(args.max_message_mb * (1 << 20)) if args.max_message_mb else None
     server = PolicyServer(policy, args.host, args.port, max_message_bytes=limit, idle_timeout=args.idle_timeout,

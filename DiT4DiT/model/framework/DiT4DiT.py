@@ -22,6 +22,7 @@ from DiT4DiT.dataloader.cache import prompt_store_root
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
+from DiT4DiT.model.modules.action_model.rtc import ChunkPrefix
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.host_to_device import ModelBatch, model_batch
 from DiT4DiT.model.modules.prompt_store import Ranks
@@ -115,12 +116,15 @@ class DiT4DiT(nn.Module):
             )
         return losses
 
-    @torch.inference_mode()
+    # no_grad, not inference_mode: real-time chunking's guidance takes a gradient through the head, which tensors
+    # made under inference_mode (the features) refuse.
+    @torch.no_grad()
     def predict_action(self, examples, generators: list[torch.Generator] | None = None,
                        **ignored_kwargs) -> dict[str, np.ndarray]:
         """{"normalized_actions": (B, action_horizon, action_dim) float32} from each example's current frame.
         `generators`: one CPU generator per example drawing all its noise, so its actions do not depend on the
-        batch it is in; None draws from torch's default generator."""
+        batch it is in; None draws from torch's default generator. Examples carrying `prev_actions` and
+        `inference_delay` (checked by serving/policy.py) continue that chunk (real-time chunking, rtc.py)."""
         if self.action_model is None:
             raise ConfigError("framework.cosmos25.training=video builds no action head, so it cannot predict actions; "
                               "serve a run trained with training=joint or action")
@@ -131,7 +135,9 @@ class DiT4DiT(nn.Module):
                                                want_video_loss=False, generators=generators)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             features = backbone.features.to(self.action_model.dtype)
-            actions = self.action_model.predict_action(features, batch.state, generators)
+            prefix = ChunkPrefix.of(examples, self.chunk_len, self.action_model.action_dim, features.device,
+                                    features.dtype)
+            actions = self.action_model.predict_action(features, batch.state, generators, prefix)
         return {"normalized_actions": actions.float().cpu().numpy()}
 
     @classmethod

@@ -1,6 +1,10 @@
 """The flow-matching action head: a DiT over [state token, action tokens] that predicts the velocity
 noise - action, trained with Beta-distributed times and sampled with Euler steps from t=1 (noise) to 0.
 
+Real-time chunking (rtc.py): a request may carry the previous chunk's not-yet-executed actions. A head trained
+with framework.action_model.rtc_training takes them as a clean prefix (flow time 0 on those tokens, P2); any
+other head is guided towards them (P1's Algorithm 1). Without them sampling is unchanged.
+
 The DiT (below the head) is GR00T-style: AdaLN blocks that alternate cross-attention to the backbone features
 (even blocks) with self-attention over the action tokens (odd blocks).
 
@@ -20,8 +24,9 @@ from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.config.sections import FrameworkActionModelSection
+from DiT4DiT.config.sections import FrameworkActionModelRtcTrainingSection, FrameworkActionModelSection
 from DiT4DiT.facts import DIT_SIZES
+from DiT4DiT.model.modules.action_model.rtc import ChunkPrefix, guidance_weight, training_prefix
 from DiT4DiT.model.modules.activation_checkpointing import run_block
 from DiT4DiT.model.modules.host_to_device import to_device
 
@@ -55,7 +60,7 @@ class MLP(nn.Module):
 
 
 class ActionEncoder(nn.Module):
-    """Noisy actions (B, T, action_dim) and time buckets (B,) -> action tokens (B, T, dim)."""
+    """Noisy actions (B, T, action_dim) and time buckets, (B,) or per token (B, T) -> action tokens (B, T, dim)."""
 
     def __init__(self, action_dim: int, embedding_dim: int):
         super().__init__()
@@ -67,7 +72,9 @@ class ActionEncoder(nn.Module):
     def forward(self, actions: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
         batch, steps, _ = actions.shape
         action_embedding = self.layer1(actions)
-        time_embedding = self.pos_encoding(timesteps[:, None].expand(batch, steps)).to(action_embedding.dtype)
+        if timesteps.ndim == 1:
+            timesteps = timesteps[:, None].expand(batch, steps)
+        time_embedding = self.pos_encoding(timesteps).to(action_embedding.dtype)
         hidden = swish(self.layer2(torch.cat([action_embedding, time_embedding], dim=-1)))
         return self.layer3(hidden)
 
@@ -88,6 +95,7 @@ class FlowmatchingActionHead(nn.Module):
         num_timestep_buckets: int,
         num_inference_timesteps: int,
         dit: DiT,
+        rtc_training: FrameworkActionModelRtcTrainingSection | None = None,
     ):
         super().__init__()
         self.action_dim = action_dim
@@ -98,6 +106,8 @@ class FlowmatchingActionHead(nn.Module):
         self.num_inference_timesteps = num_inference_timesteps
         self.beta_alpha = noise_beta_alpha
         self.beta_beta = noise_beta_beta
+        # Training-time RTC (None: off, the original's training): it also makes served prefixes exact.
+        self.rtc_training = rtc_training if rtc_training is not None and rtc_training.enabled else None
         embedding_dim = dit.inner_dim
 
         self.model = dit
@@ -128,8 +138,11 @@ class FlowmatchingActionHead(nn.Module):
             )
         return self.state_encoder(state)
 
-    def _velocity(self, noisy_actions, buckets, vl_embs, state_tokens) -> torch.Tensor:
-        tokens = self.action_encoder(noisy_actions, buckets)
+    def _velocity(self, noisy_actions, buckets, vl_embs, state_tokens, token_buckets=None) -> torch.Tensor:
+        """`buckets` (B,) condition the DiT's AdaLN; `token_buckets` (B, T), when given, are the action tokens' own
+        times (training-time RTC gives its clean prefix time 0 there, as FluxVLA does for GR00T's head: the
+        per-sample time keeps modulating every block, so a checkpoint's weights mean what they meant)."""
+        tokens = self.action_encoder(noisy_actions, buckets if token_buckets is None else token_buckets)
         if self.add_pos_embed:
             positions = torch.arange(tokens.shape[1], device=tokens.device)
             tokens = tokens + self.position_embedding(positions).unsqueeze(0)
@@ -139,22 +152,32 @@ class FlowmatchingActionHead(nn.Module):
         return self.action_decoder(output)[:, -noisy_actions.shape[1] :]
 
     def forward(self, vl_embs, actions, action_mask, state=None) -> torch.Tensor:
-        """Masked MSE of the predicted velocity. vl_embs (B, S, F), actions/action_mask (B, T, D), state (B, 1, Ds)."""
+        """Masked MSE of the predicted velocity. vl_embs (B, S, F), actions/action_mask (B, T, D), state (B, 1, Ds).
+
+        With training-time RTC each example's first d actions (d drawn per example) are given clean, at flow time 0,
+        and left out of the loss (P2)."""
         t = self.sample_time(actions.shape[0], actions.device).to(actions.dtype)
         noise = torch.randn_like(actions)
-        t_ = t[:, None, None]
-        noisy_actions = (1 - t_) * actions + t_ * noise
+        token_t, token_buckets = t[:, None, None], None
+        if self.rtc_training is not None:
+            prefix = training_prefix(actions.shape[0], actions.shape[1], self.rtc_training, actions.device)
+            token_t = torch.where(prefix, 0.0, t[:, None]).unsqueeze(-1)
+            token_buckets = (token_t[..., 0] * self.num_timestep_buckets).long()
+            action_mask = action_mask & ~prefix[..., None]
+        noisy_actions = (1 - token_t) * actions + token_t * noise
         buckets = (t * self.num_timestep_buckets).long()
-        predicted = self._velocity(noisy_actions, buckets, vl_embs, self._state_tokens(state))
+        predicted = self._velocity(noisy_actions, buckets, vl_embs, self._state_tokens(state), token_buckets)
         mask = action_mask.to(predicted.dtype)
         # clamp: a batch whose every action dim is padding contributes 0 instead of NaN
         return ((predicted - (noise - actions)) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
 
     @torch.no_grad()
     def predict_action(self, vl_embs: torch.Tensor, state: torch.Tensor | None = None,
-                       generators: list[torch.Generator] | None = None) -> torch.Tensor:
+                       generators: list[torch.Generator] | None = None,
+                       prefix: ChunkPrefix | None = None) -> torch.Tensor:
         """Euler integration from noise (t=1) to actions (t=0): (B, chunk_len, action_dim). `generators` (CPU, one
-        per example) draw each example's starting noise on its own; None: torch's default generator."""
+        per example) draw each example's starting noise on its own; None: torch's default generator. `prefix`
+        (rtc.py): the previous chunk's rows for the examples that sent them; None samples as the original does."""
         batch = vl_embs.shape[0]
         actions = randn_tensor((batch, self.chunk_len, self.action_dim), generator=generators, device=vl_embs.device,
                                dtype=vl_embs.dtype)
@@ -164,8 +187,39 @@ class FlowmatchingActionHead(nn.Module):
         for step in range(self.num_inference_timesteps):
             t = 1.0 - step / self.num_inference_timesteps
             buckets = torch.full((batch,), int(t * self.num_timestep_buckets), device=vl_embs.device, dtype=torch.long)
-            actions = actions - dt * self._velocity(actions, buckets, vl_embs, state_tokens)
+            if prefix is None:
+                velocity = self._velocity(actions, buckets, vl_embs, state_tokens)
+            elif self.rtc_training is not None:
+                actions = torch.where(prefix.frozen[..., None], prefix.actions, actions)
+                token_buckets = buckets[:, None].masked_fill(prefix.frozen, 0)
+                velocity = self._velocity(actions, buckets, vl_embs, state_tokens, token_buckets)
+            else:
+                velocity = self._guided_velocity(actions, t, buckets, vl_embs, state_tokens, prefix)
+            actions = actions - dt * velocity
+        if prefix is not None and self.rtc_training is not None:
+            actions = torch.where(prefix.frozen[..., None], prefix.actions, actions)
         return actions
+
+    def _guided_velocity(self, actions, t: float, buckets, vl_embs, state_tokens, prefix: ChunkPrefix) -> torch.Tensor:
+        """P1 Algorithm 1's guided velocity (its Eqs. 2-5), in our time (t = 1 - tau, v = -v_tau):
+        A = x - t v is the denoised estimate (P1: x + (1 - tau) v_tau), e = (Y - A) * W the prefix error under
+        the soft mask, g = e^T dA/dx its vector-Jacobian product, and v' = v - w(t) g (P1 adds w g to v_tau).
+
+        The full VJP: one backward through the head per Euler step, with respect to the noisy actions only. The
+        identity-Jacobian shortcut (g = e; lerobot's code computes v before x requires grad, and so returns e)
+        ignores how the DiT's self-attention couples the rows: its correction lands only on the rows the mask
+        weights, and the rows after the overlap, the ones that execute, hear of it only through the next step's
+        attention (of the last step's correction, not at all). The head is a small part of a request (the Cosmos
+        feature pass dominates; bench/bench_latency.py measures what guidance adds), so we pay for the exact product.
+        Rows of examples without a prefix have zero weights, so their g is exactly zero and v' = v.
+        """
+        with torch.enable_grad():
+            noisy = actions.detach().requires_grad_(True)
+            velocity = self._velocity(noisy, buckets, vl_embs, state_tokens)
+            denoised = noisy - t * velocity
+            error = (prefix.actions - denoised.detach()) * prefix.weights[..., None]
+            (correction,) = torch.autograd.grad(denoised, noisy, grad_outputs=error)
+        return velocity.detach() - guidance_weight(t) * correction
 
 
 def build_action_head(action_cfg: FrameworkActionModelSection, feature_dim: int,
@@ -200,6 +254,7 @@ def build_action_head(action_cfg: FrameworkActionModelSection, feature_dim: int,
         num_timestep_buckets=action_cfg.num_timestep_buckets,
         num_inference_timesteps=action_cfg.num_inference_timesteps,
         dit=dit,
+        rtc_training=action_cfg.rtc_training,
     )
 
 
