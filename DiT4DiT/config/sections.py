@@ -295,6 +295,9 @@ class TrainerSection:
     enable_gradient_checkpointing: bool = key(False, "recompute each Cosmos transformer block and action DiT block in "
                                               "the backward pass instead of keeping its activations (less memory, "
                                               "about one more forward of compute)")
+    text_encoder_gradient_checkpointing: bool = key(
+        False, "when the text encoder trains (not in freeze_modules): recompute its layers in the backward pass, "
+        "keeping each layer's output only (transformers' gradient_checkpointing_enable)")
     ignore_resource_check: bool = key(False, "start even when the memory estimate exceeds what this machine has "
                                       "(experts: the estimate is conservative)")
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)

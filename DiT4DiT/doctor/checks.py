@@ -437,8 +437,7 @@ class Doctor:
         free_gib = self.args.device_memory_gib
         if free_gib is None:
             free_gib = memory_plan.device_free_gib(kind, self.topo)
-        zero_stage = memory_plan.launch_zero_stage(self.args.launch_config)
-        run = memory_plan.Run(self.num_processes, self.num_machines, zero_stage)
+        run = memory_plan.launch_run(self.args.launch_config, self.num_processes, self.num_machines)
         try:
             result = memory_plan.plan(self.base_model, framework, trainer, data, run, views, free_gib or 0.0, kind)
         except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
@@ -448,7 +447,7 @@ class Doctor:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
         est = result.current
         need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "
-                f"{est.activation_gib:.1f} at batch {data.per_device_batch_size}, ZeRO-{zero_stage}, "
+                f"{est.activation_gib:.1f} at batch {data.per_device_batch_size}, ZeRO-{run.zero_stage}, "
                 f"{run.processes} process(es))")
         if free_gib is None:
             return Check(name, "SKIP", need + "; no device memory to compare with (pass --device_memory_gib GIB)")

@@ -31,6 +31,7 @@ from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
+from DiT4DiT.model.modules.prompt_encoding import checkpoint_text_encoder_layers
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training import run_dir as run_dirs
@@ -286,8 +287,11 @@ def prefixes(paths: list[str]) -> tuple[str, ...]:
 
 def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume | None,
                  deepspeed: bool) -> torch.nn.Module:
-    """The built framework with its frozen modules, warm-started or resumed."""
+    """The built framework with its frozen modules (and its text encoder's layers checkpointed when asked),
+    warm-started or resumed."""
     frozen = freeze_modules(model, trainer.freeze_modules)
+    if trainer.text_encoder_gradient_checkpointing:
+        checkpoint_text_encoder_layers(model.backbone_interface.extractor.text_encoder)
     if trainer.pretrained_checkpoint:
         load_pretrained(model, trainer.pretrained_checkpoint, trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
