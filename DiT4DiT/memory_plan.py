@@ -220,15 +220,20 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
     return result
 
 
-def nvidia_free_gib() -> float | None:
-    """Free memory of the fullest visible GPU from nvidia-smi, or None where it does not answer."""
+def nvidia_free_mib() -> list[float]:
+    """Free MiB of each GPU nvidia-smi lists (every GPU of the host, in its order); [] where it does not answer."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    values = [float(v) for v in out.stdout.split() if v.replace(".", "", 1).isdigit()]
-    return min(values) / 1024 if out.returncode == 0 and values else None
+        return []
+    return [float(v) for v in out.stdout.split() if v.replace(".", "", 1).isdigit()] if out.returncode == 0 else []
+
+
+def nvidia_free_gib() -> float | None:
+    """Free memory of the fullest visible GPU from nvidia-smi, or None where it does not answer."""
+    values = nvidia_free_mib()
+    return min(values) / 1024 if values else None
 
 
 def device_free_gib(kind: str, topo=None) -> float | None:

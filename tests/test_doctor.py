@@ -13,7 +13,7 @@ import pytest
 
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
-from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
+from DiT4DiT.npu_topology import detect_soc, parse_npu_smi, visible_ids
 from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_process, fake_npu_smi
 from helpers.sections import run_sections
 

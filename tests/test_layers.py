@@ -17,7 +17,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "DiT4DiT"
 LAYERS = [
     {"facts", "errors", "atomic_files", "yaml_files", "logging_setup", "requirements_check", "cosmos_2b",
-     "pipeline_shape", "pipeline_folder", "safetensors_header"},
+     "pipeline_shape", "pipeline_folder", "safetensors_header", "npu_topology"},
     {"config"},
     {"dataloader", "model"},
     {"output_paths"},

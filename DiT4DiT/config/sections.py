@@ -225,7 +225,11 @@ class TrainerClosedLoopEvalSection:
     seed: int = key(1000, "seed of the first episode (collect's demos use 0..)", min=0)
     num_envs: int = key(1, "simulator processes of one evaluation", min=1)
     device: EvaluationDevice = key(
-        "cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device")
+        "cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device (a "
+        "device no training process on the node uses: the first free one, or device_id)")
+    device_id: int | None = key(None, "with device auto/cuda/npu: the device (its number in npu-smi / nvidia-smi) "
+                                "the evaluation's server alone sees; one no training process on this node uses",
+                                min=0)
     threads: int = key(1, "OMP_NUM_THREADS of the side process (its server and simulators)", min=1)
     python: str | None = key(None, "Python of the simulator environment (default: this checkout's "
                              ".venv-metaworld/bin/python, `make sim-env`)")

@@ -27,11 +27,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT import memory_plan
+from DiT4DiT import memory_plan, npu_topology
 from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import npu_network
-from DiT4DiT.launch import host_kind, npu_topology, preflight
+from DiT4DiT.launch import host_kind, preflight
 from DiT4DiT.host_memory import HostNeed, read_meminfo
 from DiT4DiT.memory_estimate import mixture_views
 from DiT4DiT.pipeline_folder import pipeline_folder_problems

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from DiT4DiT.facts import DETERMINISTIC_ENV, REPO, in_repo
-from DiT4DiT.launch import environment, host_kind, network, npu_topology, preflight, values
+from DiT4DiT import npu_topology
+from DiT4DiT.launch import environment, host_kind, network, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
