@@ -21,7 +21,7 @@ was measured; a failed section is recorded with its error and the next one runs)
   deterministic the steps at batch 1 with torch.use_deterministic_algorithms on and off: the cost of
                 trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this one-device time)
   patcher       the steps at batch 1 with DIT4DIT_MX_PATCHER=off, then inside the mx_driving patcher as the
-                patched train.py enters it (its own helper, the mode DIT4DIT_MX_PATCHER names, lean by default):
+                patched train.py enters it (its own helper, the mode DIT4DIT_MX_PATCHER names, default unless set):
                 both times and both start-up lines; skipped with a line where mx_driving is not installed
   rope          the fused RoPE our processor calls on NPU (torch.ops.npu.npu_rotary_mul) against diffusers'
                 apply_rotary_emb at the RoboTwin shape (4, 16, 1176, 128), forward and backward: max errors and
@@ -400,12 +400,12 @@ def patcher_helper() -> dict:
 
 def patcher(state: dict, device: torch.device, count: int) -> dict:
     """Median batch-1 step time with DIT4DIT_MX_PATCHER=off, then inside the patcher in the mode a run would
-    enter (DIT4DIT_MX_PATCHER, lean by default), each through the patched trainer's own helper, whose start-up
+    enter (DIT4DIT_MX_PATCHER, default unless set), each through the patched trainer's own helper, whose start-up
     lines are recorded. Off comes first: API 2.0 patches stay for the rest of the process once applied (the
     sections after this one run with them, as training does). mx_driving's import changes ASCEND_CUSTOM_OPP_PATH
     after this device has started, so the times are the patches' own cost, not that of another operator build."""
-    mode = os.environ.get("DIT4DIT_MX_PATCHER", "lean")
-    mode = "lean" if mode == "off" else mode  # "on" is the mode a run would enter when it is not switched off
+    mode = os.environ.get("DIT4DIT_MX_PATCHER", "default")
+    mode = "default" if mode == "off" else mode  # "on" is the mode a run would enter when it is not switched off
     if mode not in ("lean", "default"):
         raise ValueError(f"DIT4DIT_MX_PATCHER={mode!r}: expected lean, default or off")
     if importlib.util.find_spec("mx_driving") is None:

@@ -89,15 +89,18 @@ def run_patcher_section(tmp_path: Path, fake: str, env: dict) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fake, env, applied", [
-    ("mx_driving_v2", {}, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out tensor_index, "
+    ("mx_driving_v2", {}, "(default; mx-driving version unknown, API 2.0): applied numpy_compat, tensor_index, "
                           "batch_matmul"),
     ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "default"},
      "(default; mx-driving version unknown, API 1.0): applied numpy_type, index, batch_matmul"),
-    ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "off"}, "(lean; mx-driving version unknown, API 1.0): applied numpy_type"),
+    ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "off"}, "(default; mx-driving version unknown, API 1.0): applied "
+                                                     "numpy_type, index, batch_matmul"),
+    ("mx_driving_v2", {"DIT4DIT_MX_PATCHER": "lean"}, "(lean; mx-driving version unknown, API 2.0): applied "
+                                                      "numpy_compat; left out tensor_index, batch_matmul"),
 ])
 def test_patcher_section_times_steps_with_the_patcher_off_then_on(tmp_path, fake, env, applied):
     """With a (fake) mx_driving the section times batch-1 steps through the patched trainer's own helper, off and
-    then in the mode a run would enter (off in the environment still times lean against off)."""
+    then in the mode a run would enter (off in the environment still times default against off)."""
     section = run_patcher_section(tmp_path, fake, env)
     assert section["lines"]["off"] == "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off or DIT4DIT_DISABLE_MX_PATCHER=1)"
     assert section["lines"]["on"].startswith(f"mx_driving patcher {applied}")
@@ -108,6 +111,6 @@ def test_patcher_section_times_steps_with_the_patcher_off_then_on(tmp_path, fake
 @pytest.mark.slow
 def test_patcher_section_that_cannot_apply_says_why_and_keeps_the_off_time(tmp_path):
     section = run_patcher_section(tmp_path, "mx_driving_v2", {"FAKE_MX_DRIVING_APPLY_ERROR": "1"})
-    assert section["skipped"] == ("the mx_driving patcher (lean) failed to apply (RuntimeError('fake patch "
+    assert section["skipped"] == ("the mx_driving patcher (default) failed to apply (RuntimeError('fake patch "
                                   "failure')); training without it")
     assert section["step_ms"]["off"] > 0 and "on" not in section["step_ms"]

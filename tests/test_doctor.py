@@ -117,10 +117,11 @@ def test_patcher_probe_tells_the_generations_apart(fake, api):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fake, env, line", [
-    ("mx_driving_v2", {}, "applied numpy_compat; left out tensor_index, batch_matmul; importing mx_driving set "
+    ("mx_driving_v2", {}, "applied numpy_compat, tensor_index, batch_matmul; importing mx_driving set "
                           "ASCEND_CUSTOM_OPP_PATH="),
-    ("mx_driving_v2", {"DIT4DIT_MX_PATCHER": "default"}, "applied numpy_compat, tensor_index, batch_matmul; importing"),
-    ("mx_driving_v1", {}, "mx_driving patcher (lean; mx-driving version unknown, API 1.0): applied numpy_type; left out "
+    ("mx_driving_v2", {"DIT4DIT_MX_PATCHER": "lean"}, "applied numpy_compat; left out tensor_index, batch_matmul; "
+                                                      "importing"),
+    ("mx_driving_v1", {}, "mx_driving patcher (default; mx-driving version unknown, API 1.0): applied numpy_type, "
                           "index, batch_matmul (DIT4DIT_MX_PATCHER=off skips it)"),
     ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "off"}, "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off"),
 ])

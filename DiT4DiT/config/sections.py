@@ -290,6 +290,10 @@ class TrainerSection:
                                                  "throughout)", aliases={"false": "no", "fp32": "no"})
     collective_timeout_s: int = key(600, "seconds a collective waits for the other ranks before the run fails", min=1,
                                     max=MAX_TIMEOUT_S, why=TIMEOUT_WHY)
+    one_rank_timeout_s: int = key(7200, "seconds the other ranks wait, on a CPU (gloo) group, for work one rank or "
+                                  "one per node does alone: the dataset index, the prompt store's share, writing a "
+                                  "checkpoint (device collectives keep collective_timeout_s)", min=1,
+                                  max=MAX_TIMEOUT_S, why=TIMEOUT_WHY)
     stall_timeout_s: int = key(300, "a rank silent for this long (stopped, dead, cut off) ends the run with exit "
                                "status 76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0,
                                max=MAX_TIMEOUT_S, why=TIMEOUT_WHY)

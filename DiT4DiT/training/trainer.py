@@ -32,10 +32,12 @@ from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.prompt_encoding import checkpoint_text_encoder_layers
+from DiT4DiT.model.modules.prompt_store import Ranks
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, original_server_note, save_config
+from DiT4DiT.training.host_waits import HostWaits
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, WandbRun, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
@@ -113,7 +115,10 @@ class Trainer:
         self.cfg, self.typed, self.settings, self.accelerator = cfg, typed, settings, accelerator
         self.run_dir = Path(cfg.output_dir)
         rank, world = accelerator.process_index, accelerator.num_processes
-        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(settings), settings.keep_last_states)
+        # One-rank work (the index, the prompt store, checkpoint writes) is waited for on the host, not the device.
+        self.waits = HostWaits(timedelta(seconds=settings.one_rank_timeout_s))
+        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(settings),
+                                         settings.keep_last_states, self.waits)
         resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
         if resume:
             resumption.check_config_unchanged(cfg, self.run_dir, resume, world)
@@ -123,7 +128,7 @@ class Trainer:
         # Data: the same initial weights on every rank (per-rank randomness is seeded in prepare). Both splits
         # from one pass; one process per node indexes while the others wait, then read its cache.
         set_seed(cfg.seed)
-        with accelerator.local_main_process_first():
+        with self.waits.first(accelerator.is_local_main_process):
             datasets = build_vla_datasets(data_cfg, typed.framework.action_model.chunk_length, cfg.seed,
                                           ("train", "eval") if has_action_head(cfg) else ("train",))
         self.train_set, self.eval_set = datasets["train"], datasets.get("eval")
@@ -151,7 +156,7 @@ class Trainer:
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
         self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
-                                       accelerator)
+                                       Ranks.from_accelerator(accelerator, self.waits.all_sum))
         if resume and not resume.weights_only:
             self.checkpointer.restore(resume.state, self.model, self.optimizer, self.scheduler)
             log.info("resumed from %s at step %d", resume.state, self.start_step)
@@ -200,7 +205,7 @@ class Trainer:
             plot_loss_curve(self.run_dir)
             log.info("done: %s", self.run_dir)
             log.info(original_server_note(self.settings.save_full_state_dict, self.run_dir))
-        self.accelerator.wait_for_everyone()
+        self.waits.barrier()
 
     def steps(self) -> Iterator[tuple[int, list[list[dict]]]]:
         """(step, its gradient_accumulation_steps micro-batches) from the start step to the last; the wait for them
