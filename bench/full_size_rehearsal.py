@@ -31,8 +31,8 @@ To fit 24 GB each run freezes the transformer's blocks (2B parameters of AdamW s
 the video loss's backward still passes through all 28 blocks to the patch embedding, the text projection and, in
 the configs that train everything, to the text encoder and the VAE, which train as the config asks (FIT_24GB says
 what else each run changes). The training phases run with glibc returning freed memory (MALLOC_MMAP_THRESHOLD_=65536,
---glibc_defaults to leave it), so RSS follows the bytes alive. Heavy phases wait until MemAvailable reaches
---min_available_gib (the machine may be shared).
+--glibc_defaults to leave it), so RSS follows the bytes alive. A training phase waits until MemAvailable reaches its
+estimate plus 2 GiB and --min_available_gib (the machine may be shared).
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ FIT_24GB = {
     "g1": ([f"--trainer.freeze_modules={BLOCKS}"], "the transformer's blocks frozen"),
 }
 PHASES = ("doctor", "preflight", "train", "resume", "checkpointing", "serve")
+PHASE_OVERHEAD_GIB = 2.0  # a training phase waits for its estimate plus this much MemAvailable
 GLIBC_RETURNS_FREED = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 # torch 2.7.1's oneDNN bf16 3-D convolution backward corrupts the heap on a CPU with AVX-512 BF16 ("double free or
 # corruption": a bf16 Conv3d(8, 8, 3) on one 224 x 224 frame is enough), which the configs that train the VAE run;
@@ -268,13 +269,16 @@ def serve_once(final: Path, log: Path) -> dict:
         "import bench_serving\n"
         "from DiT4DiT.serving.client import PolicyClient\n"
         "server = bench_serving.Server(%r, 'cpu')\n"
-        "client = PolicyClient('127.0.0.1', server.port, wait_s=1800)\n"
-        "example = bench_serving.request_for(client.metadata, 0)\n"
-        "size, views = client.metadata['image_size'], client.metadata['limits']['max_views']\n"
-        "example['image'] = [example['image'][0][:, :size * views]]  # the run's cameras side by side\n"
-        "started = time.monotonic(); reply = client.infer([example])\n"
-        "print('request answered in %%.1f s:' %% (time.monotonic() - started), {k: getattr(v, 'shape', v) for k, v in reply.items()})\n"
-        "client.close(); print('server exit', server.stop())\n"
+        "try:\n"
+        "    client = PolicyClient('127.0.0.1', server.port, wait_s=1800)\n"
+        "    example = bench_serving.request_for(client.metadata, 0)\n"
+        "    size, views = client.metadata['image_size'], client.metadata['limits']['max_views']\n"
+        "    example['image'] = [example['image'][0][:, :size * views]]  # the run's cameras side by side\n"
+        "    started = time.monotonic(); reply = client.infer([example])\n"
+        "    print('request answered in %%.1f s:' %% (time.monotonic() - started), {k: getattr(v, 'shape', v) for k, v in reply.items()})\n"
+        "    client.close()\n"
+        "finally:\n"
+        "    print('server exit', server.stop())\n"
     ) % (str(REPO), str(REPO / "bench"), str(final))
     return run_phase("serve", [sys.executable, "-c", code], log)
 
@@ -299,10 +303,12 @@ def rehearse(args, name: str, work: Path, keys: list[str], env: dict, train_env:
                               logs / "preflight.log", {**env, **fake_a3}))
 
     def train_phase(phase: str, *extra: str) -> dict:
-        wait_for_memory(args.min_available_gib, f"{name} {phase}")
+        estimate = run_estimate(name, args.snapshot, data, work, *keys, *extra)
+        # What the run needs: its estimate, the libraries and the heap glibc keeps (docs/full-size.md), or more.
+        wait_for_memory(max(args.min_available_gib, estimate.total_gib + PHASE_OVERHEAD_GIB), f"{name} {phase}")
         row = run_phase(phase, trainer_args(name, args.snapshot, data, work, *keys, *extra), logs / f"{phase}.log",
                         train_env)
-        row["estimate"] = run_estimate(name, args.snapshot, data, work, *keys, *extra)
+        row["estimate"] = estimate
         return row
 
     run_dir = work / "runs" / f"rehearsal_{name}"
@@ -386,7 +392,8 @@ def main() -> None:
                              "; with --smoke: <workdir>/snapshot_test)")
     parser.add_argument("--workdir", type=Path, default=None, help="runs, data and logs (default: a temporary folder)")
     parser.add_argument("--min_available_gib", type=float, default=16.0,
-                        help="MemAvailable a heavy phase waits for (default 16)")
+                        help="MemAvailable a heavy phase waits for (default 16; a training phase: at least its "
+                             f"estimate + {PHASE_OVERHEAD_GIB:g} GiB)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--smoke", action="store_true",
                         help="check this script in minutes: a test-size snapshot (python -m DiT4DiT.tools.full_size_cosmos "

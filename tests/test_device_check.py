@@ -52,6 +52,8 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
                                                  for mode in ("off", "on")}
     assert all(r["identical"] for r in sections["checksum"]["sums"].values())  # CPU sums are deterministic
     assert sections["deterministic"]["step_ms"]["on"] > 0 and sections["deterministic"]["step_ms"]["off"] > 0
+    # Ascend honours only a thread's first determinism setting: each setting in its own process.
+    assert sections["deterministic"]["fresh_process"] is True and sections["checksum"]["fresh_process"] is True
     # No mx_driving in this environment: nothing to time, and the table says why.
     assert sections["patcher"]["skipped"].startswith("mx_driving is not installed here: no patcher to time")
     assert "mx_driving patcher on/off: skipped: mx_driving is not installed here" in result.stdout
@@ -59,6 +61,15 @@ def test_tiny_device_check_runs_every_section_on_cpu(tmp_path):
     # The analytic matmul count of a transformer forward is what torch's counter finds, within the small terms
     # it leaves out (time embedding, output modulation).
     assert 0.98 < sections["flops"]["counted_over_analytic_linear"] < 1.05
+    # MFU divides by the analytic count of the whole step (every part of the model as configured); on the CPU torch's
+    # counter sees the same matmuls and convolutions, within the attention kernels it misses.
+    analytic = sections["flops"]["step_analytic_per_sample"]
+    assert {"transformer feature pass", "transformer video pass", "VAE encode", "action head"} <= set(analytic)
+    assert 0.95 < sections["flops"]["step_counted_over_analytic"] < 1.02
+    assert sections["steps"]["mfu_flops"] == "analytic"
+    assert sections["steps"]["1"]["tflops"] == pytest.approx(analytic["total"] / sections["steps"]["1"]["step_ms"] / 1e9,
+                                                             rel=1e-3)
+    assert "analytic (MFU's)" in result.stdout and "counted by FlopCounterMode" in result.stdout
     for batch in ("1", "2", "4"):
         assert sections["steps"][batch]["step_ms"] > 0 and sections["steps"][batch]["tflops"] > 0
     assert "batch    step ms   TFLOPS     MFU  peak MiB" in result.stdout

@@ -21,7 +21,7 @@ LAYERS = [
     {"config"},
     {"dataloader", "model"},
     {"output_paths"},
-    {"memory_estimate", "host_memory", "memory_plan"},
+    {"memory_estimate", "host_memory", "memory_plan", "step_flops"},
     {"serving", "evaluation", "training"},
     {"launch"},
     {"doctor", "tools"},
