@@ -240,18 +240,18 @@ def run_estimate(name: str, snapshot: Path, data: Path, work: Path, *extra: str)
                                     device_kind="cpu")
 
 
-def config_data(name: str, work: Path, env: dict) -> Path:
+def config_data(name: str, work: Path) -> Path:
     """Tiny data of the config's own mixture (its cameras and state/action keys): the RoboTwin-shaped set for
     robotwin, one dataset of the mixture for the others."""
+    from DiT4DiT.tools import tiny_dataset, tiny_robotwin
+
     data = work / f"data_{name}"
     if not data.is_dir():
-        from omegaconf import OmegaConf
-
-        mixture = OmegaConf.load(REPO / CONFIGS[name]).datasets.vla_data.data_mix
-        tool = (["-m", "DiT4DiT.tools.tiny_robotwin", "--out", str(data)] if name == "robotwin" else
-                ["-m", "DiT4DiT.tools.tiny_dataset", "--data_mix", mixture, "--out", str(data), "--datasets", "1",
-                 "--episodes", "2", "--min-frames", "20", "--max-frames", "28"])
-        subprocess.run([sys.executable, *tool], cwd=REPO, env={**os.environ, **env}, check=True, capture_output=True)
+        if name == "robotwin":
+            tiny_robotwin.generate(data)
+        else:
+            tiny_dataset.generate(OmegaConf.load(REPO / CONFIGS[name]).datasets.vla_data.data_mix, data, datasets=1,
+                                  episodes=2, frames=(20, 28))
     return data
 
 
@@ -287,7 +287,7 @@ def rehearse(args, name: str, work: Path, keys: list[str], env: dict, train_env:
     """The phases of config `name` in args.phases, from the doctor to the server: one row each."""
     rows, logs, config = [], work / name, CONFIGS[name]
     logs.mkdir(exist_ok=True)
-    data = config_data(name, work, env)
+    data = config_data(name, work)
     phases = args.phases
     fake_a3 = {"PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_NPU_SMI_LAYOUT": "a3",
                "FAKE_NPU_SMI_IDLE": "1"}
@@ -444,7 +444,7 @@ def main() -> None:
             rows += rehearse(args, name, work, keys, env, train_env)
         print_table(rows, args.snapshot, work)
     if args.original is not None:
-        results = compare(args, args.snapshot, config_data("robotwin", work, env), work, keys, env)
+        results = compare(args, args.snapshot, config_data("robotwin", work), work, keys, env)
         print(f"\nours against the original ({args.original}), batch 1, second of 2 steps, {os.cpu_count()} CPU cores, "
               f"snapshot {args.snapshot}\n")
         print(comparison_table(results))

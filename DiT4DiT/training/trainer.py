@@ -80,11 +80,17 @@ def build_accelerator(trainer: TrainerSection, training: str, per_device_batch_s
 def use_deterministic_kernels() -> None:
     """trainer.deterministic: torch's deterministic kernels (torch_npu turns on its deterministic mode with the
     same call), and the collectives' and cuBLAS's variables where the launcher did not export them, set before
-    the process group starts HCCL/NCCL. An op without a deterministic kernel raises, naming itself."""
+    the process group starts HCCL/NCCL. On the CPU and CUDA an op without a deterministic kernel raises, naming
+    itself; torch_npu's ops never raise (docs/long-runs.md says what NPU determinism covers).
+
+    Uninitialised memory is not filled: with the flag on torch would NaN-fill every torch.empty (on an NPU host
+    every host one too, pinned batch buffers included, torch_npu's EmptyTensor.cpp), and our code overwrites each
+    buffer it allocates before reading it."""
     for variables in DETERMINISTIC_ENV.values():
         for name, value in variables.items():
             os.environ.setdefault(name, value)
     torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
     log.info("deterministic kernels on (trainer.deterministic): torch.use_deterministic_algorithms(True), %s",
              ", ".join(f"{n}={os.environ[n]}" for variables in DETERMINISTIC_ENV.values() for n in variables))
 
