@@ -20,14 +20,14 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.facts import in_repo, module_paths
-from DiT4DiT.memory_estimate import Estimate, estimate_training_memory, is_frozen
+from DiT4DiT.memory_estimate import PARTS, Estimate, estimate_training_memory, is_frozen
 
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
 HEADROOM = 0.9
 ZERO2_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"
 ZERO3_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero3.yaml"
 ZERO2_OFFLOAD_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2_offload.yaml"
-TEXT_ENCODER = "backbone_interface.extractor.text_encoder"
+TEXT_ENCODER = PARTS["text_encoder"]
 PER_NODE = {"npu": 16, "cuda": 8}  # devices of an Atlas 800T A3 node / a usual GPU node
 
 
