@@ -73,8 +73,9 @@ bench: tiny-assets
 	PYTHONPATH=. $(PY) bench/bench_train.py
 	PYTHONPATH=. $(PY) bench/bench_serving.py
 
-# The real job at full size on this CPU (not CI): about 6 GB of random-weight snapshot, ~16 GiB of RAM, tens of
-# minutes. REHEARSAL_ARGS=--smoke checks the script in minutes on a test-size snapshot. ORIGINAL=a checkout of the
+# The real job at full size on this CPU (not CI), for each of the four shipped configs (REHEARSAL_ARGS=--config_yaml
+# NAME for one): about 6 GB of random-weight snapshot, 14-20 GiB of RAM, tens of minutes per config.
+# REHEARSAL_ARGS=--smoke checks the script on a test-size snapshot. ORIGINAL=a checkout of the
 # original DiT4DiT (ORIGINAL_PYTHON: an interpreter its framework imports with) also times its steps against ours.
 rehearsal: | venv
 	PYTHONPATH=. $(PY) bench/full_size_rehearsal.py $(if $(ORIGINAL),--original $(ORIGINAL)) \

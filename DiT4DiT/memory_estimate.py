@@ -4,10 +4,18 @@ Static part, exact up to the action head, per stored tensor: a tensor is frozen 
 its module or one containing it (tensor names prefixed by the component's module path). Under DeepSpeed (bf16, the
 whole model cast): frozen weights 2 B/param and, per trainable parameter, bf16 weights and gradients (2 + 2 B) plus
 fp32 master weights and Adam moments (12 B); ZeRO-2 shares the 12 B across the processes, ZeRO-3 shares everything
-and gathers up to `stage3_max_live_parameters` at a time. Without DeepSpeed (stage 0) nothing is cast: the
+and gathers up to `stage3_max_live_parameters` at a time. ZeRO-2 with the optimizer offloaded keeps the 12 B (and
+an fp32 copy of the gradient partition, 4 B) in host memory instead: 16 B / processes per trainable parameter. Without DeepSpeed (stage 0) nothing is cast: the
 pipeline's parts keep `framework.cosmos25.torch_dtype`, the action head float32 (as torch builds it), and plain
 AdamW keeps gradients and both moments in each parameter's own dtype (4 x its bytes per trainable parameter). A
 frozen text encoder is released once the prompt store holds every instruction, so it counts only at start-up.
+
+A config that trains the text encoder or the VAE (the original's LIBERO, RoboCasa-GR1 and G1 configs train
+everything) adds their graphs, held from the forward's start to the backward: the text encoder runs with grad every
+step (the prompt store cannot hold a trained encoder's output), and `encode_condition` encodes the conditioning frame
+with grad. Both are scaled from the snapshot's own config.json widths (a thin encoder's MLP is its own), and the
+video pass then keeps its graph through the blocks whatever the transformer trains: the gradient reaches those
+inputs only through it.
 
 Activations come from MEASURED: bytes that autograd saves for backward (and peaks of the no-grad passes), counted
 on the CPU with real components at the real width by `python -m DiT4DiT.tools.measure_activation_memory`, which
@@ -19,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from DiT4DiT.config.sections import (DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkCosmos25Section,
@@ -61,6 +69,23 @@ MEASURED = {
     "action_head": {"per_feature_token": 28672.0, "per_action_token": 588768.0, "per_sample": 54722.0},
     "action_head_checkpointed": {"per_feature_token": 4096.0, "per_action_token": 47200.0, "per_sample": 5570.0},
     "vae_encode_peak_per_pixel": {"video_5_frames": 6629.0, "condition_frame": 1936.3},
+    # Trained text encoder (hidden 3584, MLP 18944, 28 heads / 4 KV heads; 1-2 layers built from the config, through
+    # embed_token_ids), per prompt token per layer: a part that follows the width and 8 B per MLP unit (the gate and
+    # up outputs, their SiLU and product in bf16); "outside": the embedding and the last norm. The S^2 term is the
+    # CPU's math attention (its (B, heads, S, S) softmax; NPU and CUDA kernels keep (B, heads, S) statistics).
+    # Checkpointed: each layer's bf16 output only. Measured 2026-12-06, 147 s, 4.8 GiB peak RSS.
+    "text_encoder_hidden": 3584,
+    "text_encoder_layer": {"per_token": 136720.0, "per_token_per_mlp_unit": 8.0, "per_head_per_token_squared_cpu": 4.0,
+                           "per_sample": 0.0, "per_pass": 0},
+    "text_encoder_outside": {"per_token": 21516.0, "per_head_per_token_squared_cpu": 0.0, "per_sample": 0.0,
+                             "per_pass": 0},
+    "text_encoder_checkpointed_layer": {"per_token": 7168.0, "per_token_per_mlp_unit": 0.0,
+                                        "per_head_per_token_squared_cpu": 0.0, "per_sample": 0.0, "per_pass": 0},
+    "text_encoder_checkpointed_outside": {"per_token": 28684.0, "per_head_per_token_squared_cpu": 0.0,
+                                          "per_sample": 0.0, "per_pass": 0},
+    # Trained VAE: what autograd keeps per pixel (views side by side) of encoding a sample's conditioning frame (the
+    # posterior sampled, as encode_condition does) and a 5-frame clip; the larger of 224 x 224 and 224 x 448.
+    "vae_encode_saved_per_pixel": {"condition_frame": 10396.5, "video_5_frames": 39671.3},
 }
 # NPU only: torch_npu's fused RoPE, which our attention processor calls with q and k cast to float32, saves that
 # float32 input for backward in every self-attention: 2 x 4 bytes per hidden unit per video token per block (Ascend
@@ -115,6 +140,8 @@ class Estimate:
     activation_gib: float  # activations of one micro-batch at its peak
     tokens_per_sample: int  # video tokens the transformer sees per sample
     startup_gib: float = 0.0  # memory while the text encoder fills the prompt store (after prepare, before step 1)
+    trained_inputs_gib: float = 0.0  # of activation_gib: the graphs of a trained text encoder and VAE
+    host_offload_gib: float = 0.0  # host memory per process for an offloaded optimizer (ZeRO-2 offload)
 
     @property
     def total_gib(self) -> float:
@@ -232,8 +259,59 @@ def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch
     return scale * prompts + max(scale * max(vae, feature), kept)
 
 
+def text_encoder_widths(config: dict) -> dict[str, int]:
+    """The language model's widths in a text_encoder/config.json (transformers writes them under text_config;
+    older files keep them at the top level): hidden, intermediate (MLP), layers, heads."""
+    text = {**config, **(config.get("text_config") or {})}
+    return {"hidden": text["hidden_size"], "intermediate": text["intermediate_size"],
+            "layers": text["num_hidden_layers"], "heads": text["num_attention_heads"]}
+
+
+def text_encoder_graph_bytes(widths: dict[str, int], batch: int, tokens: int, checkpointing: bool,
+                             device_kind: str) -> float:
+    """Bytes a trained text encoder keeps for backward (bf16 autocast), from the MEASURED rows scaled to `widths`:
+    per layer, the part that follows the width and the MLP's own; the embedding and last norm; checkpointed
+    (trainer.text_encoder_gradient_checkpointing), each layer's output plus one layer rebuilt at a time in the
+    backward. On a CPU, grouped-query attention keeps its (B, heads, S, S) softmax too."""
+    width = widths["hidden"] / MEASURED["text_encoder_hidden"]
+
+    def line(row: dict) -> float:
+        per_token = row["per_token"] * width + row.get("per_token_per_mlp_unit", 0.0) * widths["intermediate"]
+        squared = row["per_head_per_token_squared_cpu"] * widths["heads"] * tokens**2 if device_kind == "cpu" else 0.0
+        return batch * (per_token * tokens + squared + row["per_sample"]) + row["per_pass"]
+
+    name = "text_encoder_checkpointed" if checkpointing else "text_encoder"
+    graph = widths["layers"] * line(MEASURED[f"{name}_layer"]) + line(MEASURED[f"{name}_outside"])
+    return graph + (line(MEASURED["text_encoder_layer"]) if checkpointing else 0.0)
+
+
+def vae_condition_graph_bytes(batch: int, pixels: int, vae_base_dim: int) -> float:
+    """Bytes a trained VAE keeps for backward from encoding each sample's conditioning frame of `pixels` (views
+    side by side); scaled by the VAE's width."""
+    row = MEASURED["vae_encode_saved_per_pixel"]["condition_frame"]
+    return batch * pixels * row * vae_base_dim / MEASURED["vae_base_dim"]
+
+
+def trained_inputs_bytes(trainer: TrainerSection, batch: int, text_tokens: int, text_widths: dict[str, int] | None,
+                         vae_base_dim: int, pixels: int, text_encoder_trains: bool, vae_trains: bool,
+                         device_kind: str) -> float:
+    """The graphs of a trained text encoder and VAE (bf16), held from the forward's start to its backward."""
+    graph = 0.0
+    if text_encoder_trains:
+        graph += text_encoder_graph_bytes(text_widths, batch, text_tokens, trainer.text_encoder_gradient_checkpointing,
+                                          device_kind)
+    if vae_trains:
+        graph += vae_condition_graph_bytes(batch, pixels, vae_base_dim)
+    return graph
+
+
+# ZeRO-2 with offload_optimizer: the fp32 master weights, both moments and the fp32 gradient partition, per trainable
+# parameter, in host memory (shared across the processes).
+OFFLOADED_BYTES_PER_PARAMETER = 16
+
+
 def static_bytes(sizes: dict[str, PartSize], zero_stage: int, processes: int, weight_bytes: int,
-                 stepped: bool = True) -> float:
+                 stepped: bool = True, offload_optimizer: bool = False) -> float:
     """Weights, gradients and optimizer state per process (see the module's docstring); before the first step
     (`stepped` false) plain AdamW holds no state and no gradient yet, where DeepSpeed allocated its at prepare."""
     frozen = sum(s.frozen for s in sizes.values())
@@ -242,7 +320,7 @@ def static_bytes(sizes: dict[str, PartSize], zero_stage: int, processes: int, we
         gathered = 2 * min(ZERO3_MAX_LIVE_PARAMETERS, frozen + trainable)
         return (2 * frozen + 16 * trainable) / processes + gathered
     if zero_stage >= 1:
-        return 2 * frozen + trainable * (4 + 12 / processes)
+        return 2 * frozen + trainable * (4 + (0 if offload_optimizer else 12 / processes))
     # Plain AdamW: weight, gradient, exp_avg and exp_avg_sq, all in the parameter's dtype.
     total = 0.0
     for part, size in sizes.items():
@@ -253,11 +331,12 @@ def static_bytes(sizes: dict[str, PartSize], zero_stage: int, processes: int, we
 
 def estimate_training_memory(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
                              data: DatasetsVlaDataSection, num_processes: int, views: int, *, zero_stage: int = 2,
-                             device_kind: str = "npu") -> Estimate | None:
+                             device_kind: str = "npu", offload_optimizer: bool = False) -> Estimate | None:
     """Per-device GiB for a run of these sections on `num_processes` devices with `views` cameras side by side per
     frame, under DeepSpeed ZeRO `zero_stage` (2 or 3; 0: no DeepSpeed, plain AdamW in each process) on a
     `device_kind` device ("npu" adds the fused RoPE's float32 copies; "cuda" or "cpu" does not), or None when the
-    snapshot has no safetensors. Reads checkpointing from trainer.enable_gradient_checkpointing and the batch from
+    snapshot has no safetensors; `offload_optimizer`: ZeRO-2's optimizer state in host memory. Reads checkpointing
+    from trainer.enable_gradient_checkpointing (and text_encoder_gradient_checkpointing) and the batch from
     datasets.vla_data.per_device_batch_size."""
     base_model = Path(base_model)
     tensors = {p: safetensors_tensor_sizes(base_model / p) for p in PARTS}
@@ -281,9 +360,22 @@ def estimate_training_memory(base_model: Path, framework: FrameworkSection, trai
     side = FRAME_SIDE_MULTIPLE  # one latent patch
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
     vae_base_dim = json.loads((base_model / "vae" / "config.json").read_text()).get("base_dim", MEASURED["vae_base_dim"])
+    text_encoder_trains, vae_trains = sizes["text_encoder"].trainable > 0, sizes["vae"].trainable > 0
+    transformer = sizes["transformer"]
+    if text_encoder_trains or vae_trains:  # their gradient comes back through the video pass's blocks
+        transformer = replace(transformer, graph_through_blocks=True)
+    pixels = views * data.image_size**2
     activations = activation_bytes(framework, trainer, data.per_device_batch_size, tcfg, vae_base_dim, tokens,
-                                   views * data.image_size**2, sizes["transformer"], head_frozen, device_kind,
-                                   weight_bytes, head_bytes)
-    return Estimate(static_gib=static_bytes(running, zero_stage, processes, weight_bytes) / GIB,
-                    activation_gib=activations / GIB, tokens_per_sample=tokens,
-                    startup_gib=static_bytes(sizes, zero_stage, processes, weight_bytes, stepped=False) / GIB)
+                                   pixels, transformer, head_frozen, device_kind, weight_bytes, head_bytes)
+    text_widths = (text_encoder_widths(json.loads((base_model / "text_encoder" / "config.json").read_text()))
+                   if text_encoder_trains else None)
+    trained_inputs = weight_bytes / 2 * trained_inputs_bytes(
+        trainer, data.per_device_batch_size, framework.cosmos25.max_sequence_length, text_widths, vae_base_dim, pixels,
+        text_encoder_trains, vae_trains, device_kind)
+    offloaded = zero_stage in (1, 2) and offload_optimizer
+    trainable = sum(s.trainable for s in running.values())
+    return Estimate(static_gib=static_bytes(running, zero_stage, processes, weight_bytes, True, offloaded) / GIB,
+                    activation_gib=(activations + trained_inputs) / GIB, tokens_per_sample=tokens,
+                    startup_gib=static_bytes(sizes, zero_stage, processes, weight_bytes, False, offloaded) / GIB,
+                    trained_inputs_gib=trained_inputs / GIB,
+                    host_offload_gib=OFFLOADED_BYTES_PER_PARAMETER * trainable / processes / GIB if offloaded else 0.0)

@@ -4,9 +4,11 @@ The launcher's preflight and the doctor (both above this module) call `plan()` w
 trainer and data sections, the number of processes, the ZeRO stage and the free memory of the smallest device
 (npu-smi, nvidia-smi, or --device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory_estimate.py)
 stays within HEADROOM of that memory. When it does not, each change is tried on a copy of the sections (`Setup`),
-in this order, alone and then stacked: activation checkpointing; a smaller per-device batch with gradient
-accumulation raised to keep the global batch; ZeRO-3; more processes (a full node, then more nodes). Every
-candidate is one line with its estimate and the exact launcher flags.
+in this order, alone and then stacked: activation checkpointing; the text encoder's layers checkpointed (when it
+trains); a smaller per-device batch with gradient accumulation raised to keep the global batch; ZeRO-3; ZeRO-2 with
+the optimizer state in host memory; more processes (a full node, then more nodes). These change how the run
+computes, not what it learns. Last, and labelled as such, what changes the experiment: the text encoder frozen
+(when it trains). Every candidate is one line with its estimate and the exact launcher flags.
 `fits_table()` is docs/full-size.md's table (`python -m DiT4DiT.doctor.memory_table`).
 """
 
@@ -17,13 +19,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
-from DiT4DiT.facts import in_repo
-from DiT4DiT.memory_estimate import Estimate, estimate_training_memory
+from DiT4DiT.facts import in_repo, module_paths
+from DiT4DiT.memory_estimate import PARTS, Estimate, estimate_training_memory, is_frozen
 
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
 HEADROOM = 0.9
 ZERO2_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2.yaml"
 ZERO3_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero3.yaml"
+ZERO2_OFFLOAD_LAUNCH_CONFIG = "DiT4DiT/config/deepseeds/deepspeed_zero2_offload.yaml"
+TEXT_ENCODER = PARTS["text_encoder"]
 PER_NODE = {"npu": 16, "cuda": 8}  # devices of an Atlas 800T A3 node / a usual GPU node
 # A device's memory as a user may give it (--device_memory_gib): the largest devices today have under 300 GiB.
 MAX_DEVICE_MEMORY_GIB = 1024.0
@@ -41,12 +45,16 @@ def device_memory_problem(gib: float) -> str | None:
 class Device:
     name: str
     kind: str  # npu or cuda
-    memory_gib: float  # what the device reports as its total (npu-smi: 65536 MB per A3 die or A2 device)
+    memory_gib: float  # what a process can have of it: the total the runtime reports
 
 
+# A die's 64 GB of HBM is not all the runtime's to give: an idle A3 die or A2 device shows about 3 GB in use in
+# npu-smi (vllm-ascend issues #12980, #2534), and torch_npu reports a total capacity of 61.27 GiB on an A3 die
+# (sglang issue #29838) and 60.96 GiB on an A2 device (vllm-ascend issue #5020). On a live host the doctor and the
+# preflight read npu-smi's free HBM instead.
 DEVICES = {
-    "a3": Device("A3 die, 64 GB", "npu", 64.0),
-    "a2": Device("A2, 64 GB", "npu", 64.0),
+    "a3": Device("A3 die, 61.3 GiB", "npu", 61.27),
+    "a2": Device("A2, 61.0 GiB", "npu", 60.96),
     "gpu80": Device("80 GB GPU", "cuda", 79.6),  # H100/A100 80 GB: nvidia-smi reports 81559 MiB
     "h200": Device("H200, 141 GB", "cuda", 140.4),  # nvidia-smi reports 143771 MiB
 }
@@ -59,6 +67,7 @@ class Run:
     processes_per_node: int
     machines: int = 1
     zero_stage: int = 2
+    offload_optimizer: bool = False  # DeepSpeed's optimizer state (and its step) in host memory
 
     @property
     def processes(self) -> int:
@@ -80,6 +89,7 @@ class Option:
     flags: list[str]  # the launcher flags that make it (scripts/train_8p.sh / accelerate-launched trainer keys)
     estimate: Estimate
     fits: bool
+    changes_experiment: bool = False  # what the run learns changes (a frozen text encoder), not only how it runs
 
 
 @dataclass
@@ -95,7 +105,12 @@ class Plan:
 
     @property
     def best(self) -> Option | None:
-        return next((o for o in self.options if o.fits), None)
+        """The first change of the run (not of the experiment) that fits."""
+        return next((o for o in self.options if o.fits and not o.changes_experiment), None)
+
+    @property
+    def experiment_change(self) -> Option | None:
+        return next((o for o in self.options if o.changes_experiment), None)
 
     def lines(self) -> list[str]:
         """The plan for people: the verdict, then every candidate with its numbers and flags."""
@@ -107,11 +122,33 @@ class Plan:
         lines = [f"does not fit: {head}"]
         for option in self.options:
             mark = "fits" if option.fits else "not enough"
-            lines.append(f"  {mark}: {option.change}: ~{option.estimate.total_gib:.1f} GiB  {' '.join(option.flags)}")
-        best = self.best
-        lines.append(f"smallest change that fits: {best.change}: {' '.join(best.flags)}" if best else
-                     "no change tried fits: freeze more (trainer.freeze_modules) or use devices with more memory")
+            host = (f" (+{option.estimate.host_offload_gib:.1f} GiB of host memory per process)"
+                    if option.estimate.host_offload_gib else "")
+            lines.append(f"  {mark}: {option.change}: ~{option.estimate.total_gib:.1f} GiB{host}  "
+                         f"{' '.join(option.flags)}")
+        best, experiment = self.best, self.experiment_change
+        if best:
+            lines.append(f"smallest change that fits: {best.change}: {' '.join(best.flags)}")
+        elif experiment is not None and experiment.fits:
+            lines.append(f"no change of the run fits; one of the experiment does: {experiment.change}: "
+                         f"{' '.join(experiment.flags)}")
+        else:
+            lines.append("no change tried fits: freeze more (trainer.freeze_modules) or use devices with more memory")
         return lines
+
+
+def trains_text_encoder(trainer: TrainerSection) -> bool:
+    return not is_frozen(TEXT_ENCODER, trainer.freeze_modules)
+
+
+def _experiment_changes(setup: Setup):
+    """(kind, in words, flags, setup) for what changes the experiment: the text encoder frozen, when it trains
+    (its prompts then come from the prompt store)."""
+    trainer = setup.trainer
+    if trains_text_encoder(trainer):
+        frozen = ",".join([*module_paths(trainer.freeze_modules), TEXT_ENCODER])
+        yield ("experiment", "CHANGES THE EXPERIMENT: the text encoder frozen (its prompts from the prompt store)",
+               [f"--trainer.freeze_modules={frozen}"], replace(setup, trainer=replace(trainer, freeze_modules=frozen)))
 
 
 def _candidates(setup: Setup, kind: str):
@@ -122,6 +159,10 @@ def _candidates(setup: Setup, kind: str):
     if not trainer.enable_gradient_checkpointing:
         yield ("checkpointing", "activation checkpointing on", ["--trainer.enable_gradient_checkpointing=true"],
                replace(setup, trainer=replace(trainer, enable_gradient_checkpointing=True)))
+    if trains_text_encoder(trainer) and not trainer.text_encoder_gradient_checkpointing:
+        yield ("text_encoder_checkpointing", "the text encoder's layers checkpointed",
+               ["--trainer.text_encoder_gradient_checkpointing=true"],
+               replace(setup, trainer=replace(trainer, text_encoder_gradient_checkpointing=True)))
     for smaller in sorted((b for b in range(1, batch) if batch % b == 0), reverse=True):
         steps = accumulation * batch // smaller
         yield ("batch", f"per-device batch {smaller} x {steps} accumulation steps (global batch "
@@ -132,6 +173,10 @@ def _candidates(setup: Setup, kind: str):
     if run.zero_stage < 3:
         yield ("zero3", "ZeRO-3 (weights and gradients sharded too)", [f"--launch_config={ZERO3_LAUNCH_CONFIG}"],
                replace(setup, run=Run(run.processes_per_node, run.machines, 3)))
+    if run.zero_stage in (1, 2) and not run.offload_optimizer:
+        yield ("offload", "ZeRO-2 with the optimizer state in host memory (AdamW steps on the host's CPUs)",
+               [f"--launch_config={ZERO2_OFFLOAD_LAUNCH_CONFIG}"],
+               replace(setup, run=replace(run, zero_stage=2, offload_optimizer=True)))
     node = PER_NODE[kind]
     per_node = max(run.processes_per_node, node)
     for machines in (run.machines, run.machines * 2, run.machines * 4):
@@ -139,7 +184,7 @@ def _candidates(setup: Setup, kind: str):
             flags = [f"--num_processes={per_node}"] + ([f"--num_machines={machines}"] if machines > 1 else [])
             yield ("processes", f"{machines} node(s) x {per_node} processes (global batch "
                    f"x{per_node * machines / run.processes:g})", flags,
-                   replace(setup, run=Run(per_node, machines, run.zero_stage)))
+                   replace(setup, run=replace(run, processes_per_node=per_node, machines=machines)))
 
 
 def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection, data: DatasetsVlaDataSection,
@@ -148,7 +193,8 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
     per kind of change the mildest that fits (or the strongest), then, if none fits alone, the kinds stacked."""
     def estimate(s: Setup) -> Estimate | None:
         return estimate_training_memory(base_model, framework, s.trainer, s.data, s.run.processes, views,
-                                        zero_stage=s.run.zero_stage, device_kind=kind)
+                                        zero_stage=s.run.zero_stage, device_kind=kind,
+                                        offload_optimizer=s.run.offload_optimizer)
 
     setup = Setup(trainer, data, run)
     current = estimate(setup)
@@ -178,18 +224,26 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
                                              est.total_gib <= limit))
             if est.total_gib <= limit or group == "processes":
                 break
+    for _, change, flags, candidate in _experiment_changes(setup):  # listed last, never stacked with the others
+        est = estimate(candidate)
+        result.options.append(Option(change, flags, est, est.total_gib <= limit, changes_experiment=True))
     return result
 
 
-def nvidia_free_gib() -> float | None:
-    """Free memory of the fullest visible GPU from nvidia-smi, or None where it does not answer."""
+def nvidia_free_mib() -> list[float]:
+    """Free MiB of each GPU nvidia-smi lists (every GPU of the host, in its order); [] where it does not answer."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    values = [float(v) for v in out.stdout.split() if v.replace(".", "", 1).isdigit()]
-    return min(values) / 1024 if out.returncode == 0 and values else None
+        return []
+    return [float(v) for v in out.stdout.split() if v.replace(".", "", 1).isdigit()] if out.returncode == 0 else []
+
+
+def nvidia_free_gib() -> float | None:
+    """Free memory of the fullest visible GPU from nvidia-smi, or None where it does not answer."""
+    values = nvidia_free_mib()
+    return min(values) / 1024 if values else None
 
 
 def device_free_gib(kind: str, topo=None) -> float | None:
@@ -217,9 +271,9 @@ def read_launch_config(launch_config: str | Path) -> dict:
                          "config file, e.g. DiT4DiT/config/deepseeds/deepspeed_zero2.yaml") from None
 
 
-def launch_zero_stage(launch_config: str | Path) -> int:
-    """The ZeRO stage of an accelerate config: deepspeed_config.zero_stage, else its deepspeed_config_file's
-    zero_optimization.stage; 0 without DeepSpeed (plain DDP: nothing shared)."""
+def launch_deepspeed_config(launch_config: str | Path) -> dict:
+    """The DeepSpeed settings of an accelerate config: its deepspeed_config, with the JSON its
+    deepspeed_config_file names (as "file"); {} without DeepSpeed."""
     import json
 
     from DiT4DiT.errors import UsageError
@@ -227,15 +281,29 @@ def launch_zero_stage(launch_config: str | Path) -> int:
 
     path = in_repo(launch_config)
     ds = (read_launch_config(path).get("deepspeed_config") or {}) if path.is_file() else {}
-    if "zero_stage" in ds:
-        return int(ds["zero_stage"])
     ds_file = in_repo(ds.get("deepspeed_config_file", ""))
-    if not ds_file.is_file():
-        return 0
-    if ds_file.stat().st_size > MAX_BYTES:
+    if ds_file.is_file() and ds_file.stat().st_size > MAX_BYTES:
         raise UsageError(f"{ds_file}: {ds_file.stat().st_size:,} bytes, more than the {MAX_BYTES >> 20} MiB a "
                          f"DeepSpeed config may have ({path}'s deepspeed_config_file); give the right file")
-    return int(json.loads(ds_file.read_text()).get("zero_optimization", {}).get("stage", 0))
+    return {**ds, "file": json.loads(ds_file.read_text()) if ds_file.is_file() else {}}
+
+
+def launch_zero_stage(launch_config: str | Path) -> int:
+    """The ZeRO stage of an accelerate config: deepspeed_config.zero_stage, else its deepspeed_config_file's
+    zero_optimization.stage; 0 without DeepSpeed (plain DDP: nothing shared)."""
+    ds = launch_deepspeed_config(launch_config)
+    if "zero_stage" in ds:
+        return int(ds["zero_stage"])
+    return int(ds["file"].get("zero_optimization", {}).get("stage", 0))
+
+
+def launch_run(launch_config: str | Path, processes_per_node: int, machines: int = 1) -> Run:
+    """The Run of a launch: its processes and what its accelerate config sets (ZeRO stage, the optimizer offloaded
+    to host memory: deepspeed_config.offload_optimizer_device or the JSON's offload_optimizer.device)."""
+    ds = launch_deepspeed_config(launch_config)
+    device = ds.get("offload_optimizer_device") or ds["file"].get("zero_optimization", {}).get(
+        "offload_optimizer", {}).get("device")
+    return Run(processes_per_node, machines, launch_zero_stage(launch_config), device == "cpu")
 
 
 def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) -> list[str]:
@@ -269,6 +337,9 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
             elif result.best:
                 cells.append(f"fits with {result.best.change} ({result.best.estimate.total_gib:.0f} {of}; "
                              f"{result.current.total_gib:.0f} as is): `{' '.join(result.best.flags)}`")
+            elif (experiment := result.experiment_change) is not None and experiment.fits:
+                cells.append(f"does not fit ({result.current.total_gib:.0f} {of}); fits if the experiment changes: "
+                             f"{experiment.change} ({experiment.estimate.total_gib:.0f}): `{' '.join(experiment.flags)}`")
             else:
                 cells.append(f"does not fit ({result.current.total_gib:.0f} {of})")
         checkpointing = "checkpointing" if trainer.enable_gradient_checkpointing else "no checkpointing"

@@ -54,11 +54,14 @@ def build_text_encoder(tokenizer):
 
 def worker(store_dir: Path, count: int, signals: Path) -> None:
     """One training process's start-up: fill the store, release the encoder, read every embedding once."""
+    from datetime import timedelta
+
     import torch
     from accelerate import Accelerator
 
     from DiT4DiT.model.modules.prompt_encoding import encode_prompts
     from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
+    from DiT4DiT.training.host_waits import HostWaits
     from DiT4DiT.tools.tiny_cosmos import build_tokenizer
 
     torch.set_num_threads(1)
@@ -70,7 +73,7 @@ def worker(store_dir: Path, count: int, signals: Path) -> None:
     store = PromptStore(store_dir, identity, TOKENS, torch.float32)
     wanted = instructions(count)
     report = store.fill(wanted, lambda chunk: encode_prompts(text_encoder, tokenizer, chunk, TOKENS),
-                        Ranks.from_accelerator(accelerator))
+                        Ranks.from_accelerator(accelerator, HostWaits(timedelta(minutes=10)).all_sum))
     del text_encoder  # released, as the trainer does once every instruction is stored
     gc.collect()
     checksum = 0.0

@@ -8,29 +8,34 @@ was measured; a failed section is recorded with its error and the next one runs)
   environment   device, versions, the bf16 dense peak used for MFU
   build         the model: --full-size is bench_model's random-weight 2B Cosmos + 7B-shaped text encoder + Wan VAE
                 + DiT-B head, bf16, 3 views of 224 px, 5 frames, 512-token prompts (about 20 GB of weights)
-  flops         one step under torch.utils.flop_counter.FlopCounterMode at batch 1, against the analytic count
-                of the Cosmos transformer (the part that dominates)
+  flops         the step's FLOPs at batch 1 counted analytically from the model as configured (DiT4DiT/step_flops.py:
+                feature and video passes, forward and backward, VAE encode, action head; what MFU divides by), with
+                torch's FlopCounterMode's figure beside it (on an NPU it misses matmul_backward and reads low); one
+                transformer forward counted against the analytic formula
   store         prompt store on/off and early exit on/off (bench_model.measure); then the text encoder is
                 released, as training does
-  steps         forward + backward + AdamW under bf16 autocast at batch 1, 2, 4: median step time, MFU, peak memory
+  steps         forward + backward + AdamW under bf16 autocast at batch 1, 2, 4: median step time, MFU (of the
+                analytic count: "mfu_flops": "analytic"), peak memory
   repeat        diffusers' repeat_interleave(1, dim=3) of K/V on a tensor over 2**22 elements, forward + backward,
                 against our processor's path (no repeat): same gradient, both timed
   plan          the memory plan's estimate per batch next to the steps' measured peaks, and its verdict for the
                 device's free memory (full size: the real sizes from a shapes-only snapshot, DiT4DiT/cosmos_2b.py)
   checkpointing batch 4 with the Cosmos transformer's blocks checkpointed and without: step time, peak memory
-  deterministic the steps at batch 1 with torch.use_deterministic_algorithms on and off: the cost of
-                trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this one-device time)
+  deterministic the Cosmos transformer's video pass at batch 1 with trainer.deterministic's torch part off, then on,
+                each in a fresh process ("fresh_process": true; Ascend honours only a thread's first setting): the
+                cost of trainer.deterministic (its HCCL_DETERMINISTIC part needs collectives: not in this time)
   latency       a served request at batch 1 by stage (bench_latency.py's stages: preprocess, prompt, VAE encode,
                 feature pass, action sampling, unnormalise), median of a few after a warm-up, plain and with
                 real-time chunking's guidance (the Policy and its stage clock, no websocket)
   patcher       the steps at batch 1 with DIT4DIT_MX_PATCHER=off, then inside the mx_driving patcher as the
-                patched train.py enters it (its own helper, the mode DIT4DIT_MX_PATCHER names, lean by default):
+                patched train.py enters it (its own helper, the mode DIT4DIT_MX_PATCHER names, default unless set):
                 both times and both start-up lines; skipped with a line where mx_driving is not installed
   rope          the fused RoPE our processor calls on NPU (torch.ops.npu.npu_rotary_mul) against diffusers'
                 apply_rotary_emb at the RoboTwin shape (4, 16, 1176, 128), forward and backward: max errors and
                 times; off NPU our processor's path is diffusers' function itself (compared, said so)
-  checksum      the same weights summed on the device 20 times (float32 and float64, deterministic off and on):
-                identical or not (why the end-of-run replica check compares bytes on the host)
+  checksum      the same weights summed on the device 20 times (float32 and float64, deterministic off and on, each
+                setting in a fresh process): identical or not (why the end-of-run replica check compares bytes on
+                the host)
   zero2         with >= 2 devices: a DeepSpeed ZeRO-2 run (10 steps) with overlap_comm on and off, losses and grad
                 norms compared, in the environment the launcher's plan exports on this host (TASK_QUEUE_ENABLE,
                 HCCL_*, ...); skipped with a line on 1 device (the environment is recorded either way)
@@ -51,6 +56,7 @@ import platform
 import runpy
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,32 +80,20 @@ from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
+from DiT4DiT.step_flops import peak_tflops, training_step_flops, transformer_forward_flops  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples, transformer_inputs  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
 
-# bf16 dense peak TFLOPS per device (one GPU, one NPU die), matched in order against the device name.
-# NVIDIA: H100/H200 SXM datasheets give 1,979 TFLOPS bf16 "with sparsity", i.e. 989 dense; H100 PCIe 756 dense
-# (1,513 sparse); A100 datasheet 312 dense. Ascend: no Huawei datasheet was found; 910B (Atlas A2) uses verl's
-# 354 (volcengine/verl verl/utils/flops_counter.py); the A3 die (Ascend910_93xx) is half of the 752 TFLOPS
-# dense bf16 per 910C package in the CloudMatrix384 paper (arXiv 2506.12708), i.e. 376.
-PEAK_TFLOPS = (
-    ("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0),
-    ("910_93", 376.0), ("910B", 354.0),
-)
 TOTAL_BUDGET_S = 480
 # Every section's limit; together they fit the total (tests/test_device_check.py checks the sum).
-SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 25, "store": 40, "steps": 65, "plan": 20,
-                   "checkpointing": 40, "deterministic": 30, "patcher": 20, "latency": 10, "repeat": 15, "rope": 20,
-                   "checksum": 15, "zero2": 65}
+SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 20, "store": 30, "steps": 65, "plan": 15,
+                   "checkpointing": 30, "deterministic": 60, "patcher": 20, "latency": 10, "repeat": 15, "rope": 20,
+                   "checksum": 30, "zero2": 50}
 ROPE_SHAPE = {"full": (4, 16, 1176, 128), "tiny": (2, 4, 64, 32)}  # (batch, heads, tokens, head_dim)
 CHECKSUM_REPEATS = 20
 ZERO2_STEPS = 10
-TINY_LIMIT_S = 150  # the whole --tiny run (about a minute on a quiet 2-core CPU)
+TINY_LIMIT_S = 300  # the whole --tiny run (about a minute and a half on a quiet 2-core CPU)
 BATCHES = (1, 2, 4)
-
-
-def peak_tflops(name: str) -> float | None:
-    return next((peak for key, peak in PEAK_TFLOPS if key.lower() in name.lower()), None)
 
 
 class SectionTimeout(Exception):
@@ -175,7 +169,8 @@ def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict
         views = 1
     model.to(device)
     freeze_modules(model, cfg.trainer.freeze_modules)
-    state.update(cfg=cfg, model=model, views=views)
+    state.update(cfg=cfg, model=model, views=views,
+                 text_encoder_config=model.backbone_interface.extractor.text_encoder.config.to_dict())
     # Every instruction of every batch below is stored now; the store section then releases the encoder.
     instructions = sorted({e["lang"] for e in make_examples(cfg, batch=max(BATCHES))})
     model.backbone_interface.extractor.prepare_prompts(instructions, Ranks(), release_encoder=False)
@@ -187,28 +182,6 @@ def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict
             "frames": model.backbone_interface.num_frames_out}
 
 
-def transformer_forward_flops(config, batch: int, latent_frames: int, height: int, width: int, text_tokens: int,
-                              blocks: int) -> dict:
-    """Matmul FLOPs (2 per multiply-add) of one Cosmos transformer forward through `blocks` blocks, for latents of
-    `height` x `width`: "linear" (QKV/out of both attentions, the MLP, the AdaLN-LoRA modulations, the patch
-    embedding, the text projection, the output layer) and "attention" (scores and values, self over the N video
-    tokens, cross over the text tokens)."""
-    d, c, lora = config.num_attention_heads * config.attention_head_dim, config.text_embed_dim, config.adaln_lora_dim
-    p_t, p_h, p_w = config.patch_size
-    per_sample = (latent_frames // p_t) * (height // p_h) * (width // p_w)
-    n, text = batch * per_sample, batch * text_tokens
-    # Per block: self-attention q, k, v, out; cross-attention q, out and k, v over the text; the MLP; three
-    # AdaLN-LoRA modulations (d -> lora -> 3d) per token.
-    block = 8 * n * d * d + 4 * n * d * d + 4 * text * c * d + 4 * n * d * int(config.mlp_ratio * d)
-    block += 3 * 2 * n * (d * lora + lora * 3 * d)
-    patch_in = (config.in_channels + int(config.concat_padding_mask)) * p_t * p_h * p_w
-    linear = blocks * block + 2 * n * patch_in * d + 2 * n * d * p_t * p_h * p_w * config.out_channels
-    if config.use_crossattn_projection:
-        linear += 2 * text * config.crossattn_proj_in_channels * config.encoder_hidden_states_channels
-    attention = blocks * (4 * batch * per_sample**2 * d + 4 * batch * per_sample * text_tokens * d)
-    return {"linear": linear, "attention": attention}
-
-
 def step_shape(state: dict, batch: int) -> dict:
     cfg = state["cfg"]
     size = int(cfg.datasets.vla_data.image_size) // state["model"].backbone_interface.extractor.spatial_factor
@@ -216,14 +189,19 @@ def step_shape(state: dict, batch: int) -> dict:
                 height=size, width=size * state["views"], text_tokens=int(cfg.framework.cosmos25.max_sequence_length))
 
 
-def analytic_step_flops(state: dict, batch: int) -> int:
-    """The transformer's FLOPs in one training step: the feature pass (forward through block extract_layer, no
-    grad) and the video-loss pass (forward and backward = 3x forward, every block)."""
-    config = state["model"].backbone_interface.extractor.transformer.config
-    shape = step_shape(state, batch)
-    feature = transformer_forward_flops(config, blocks=state["cfg"].framework.cosmos25.extract_layer + 1, **shape)
-    video = transformer_forward_flops(config, blocks=config.num_layers, **shape)
-    return sum(feature.values()) + 3 * sum(video.values())
+def analytic_step_flops(state: dict, batch: int) -> dict[str, float]:
+    """The step's model FLOPs at `batch`, per part, counted from the built model's configs and the config as it
+    trains (DiT4DiT/step_flops.py: feature and video passes, forward and backward, VAE encode, action head, the text
+    encoder where it runs every step)."""
+    from DiT4DiT.config.sections import ConfigSections
+    from DiT4DiT.config.typed import section
+
+    extractor = state["model"].backbone_interface.extractor
+    typed = section(state["cfg"], ConfigSections)
+    flops = training_step_flops(dict(extractor.transformer.config), dict(extractor.vae.config),
+                                state["text_encoder_config"], typed.framework, typed.trainer, typed.datasets.vla_data,
+                                state["views"], batch)
+    return {**flops.parts, "total": flops.total, "recomputed_by_checkpointing": flops.recomputed}
 
 
 def train_step(state: dict, examples, optimizer, device) -> float:
@@ -231,9 +209,11 @@ def train_step(state: dict, examples, optimizer, device) -> float:
 
 
 def flops(state: dict, device: torch.device) -> dict:
-    """The whole step counted at batch 1, and one transformer forward counted against the analytic formula.
+    """The step's FLOPs at batch 1, counted analytically from the model as configured (what MFU divides by) and by
+    torch's FlopCounterMode beside it; and one transformer forward counted against the analytic formula.
     FlopCounterMode counts matmuls, convolutions and the SDPA kernels it knows (CUDA's flash/efficient ones, not
-    CPU's or NPU's fused attention), so "attention" is in the counted figure on CUDA only."""
+    CPU's or NPU's fused attention), and on an NPU not the backward of torch_npu's matmul (no formula for
+    `matmul_backward`): its step figure reads low there."""
     from torch.utils.flop_counter import FlopCounterMode
 
     model = state["model"]
@@ -241,7 +221,8 @@ def flops(state: dict, device: torch.device) -> dict:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     with FlopCounterMode(display=False) as step_counter:
         train_step(state, examples, optimizer, device)
-    state["flops_per_sample"] = step_counter.get_total_flops()
+    analytic = analytic_step_flops(state, 1)
+    state["flops_per_sample"] = analytic["total"]
     transformer = model.backbone_interface.extractor.transformer
     shape = step_shape(state, 1)
     inputs = transformer_inputs(transformer.config, batch=1, frames=shape["latent_frames"], height=shape["height"],
@@ -249,14 +230,14 @@ def flops(state: dict, device: torch.device) -> dict:
                                 dtype=transformer.dtype)
     with torch.no_grad(), FlopCounterMode(display=False) as forward_counter:
         transformer(**inputs)
-    analytic = transformer_forward_flops(transformer.config, blocks=transformer.config.num_layers, **shape)
-    counted = forward_counter.get_total_flops()
-    return {"step_counted_per_sample": state["flops_per_sample"],
-            "step_transformer_analytic_per_sample": analytic_step_flops(state, 1),
-            "forward_counted": counted, "forward_analytic_linear": analytic["linear"],
-            "forward_analytic_attention": analytic["attention"],
-            "counted_over_analytic_linear": round(counted / analytic["linear"], 4),
-            "counted_over_analytic_total": round(counted / sum(analytic.values()), 4)}
+    forward = transformer_forward_flops(dict(transformer.config), blocks=transformer.config.num_layers, **shape)
+    counted, step_counted = forward_counter.get_total_flops(), step_counter.get_total_flops()
+    return {"step_analytic_per_sample": analytic, "step_counted_per_sample": step_counted,
+            "step_counted_over_analytic": round(step_counted / analytic["total"], 4),
+            "forward_counted": counted, "forward_analytic_linear": forward["linear"],
+            "forward_analytic_attention": forward["attention"],
+            "counted_over_analytic_linear": round(counted / forward["linear"], 4),
+            "counted_over_analytic_total": round(counted / sum(forward.values()), 4)}
 
 
 def store(state: dict, device: torch.device, steps: int) -> dict:
@@ -290,6 +271,7 @@ def steps(state: dict, device: torch.device, peak: float | None, count: int) -> 
                        "mfu": round(achieved / peak, 4) if achieved and peak else None,
                        "peak_mib": round(bench_model.peak_memory_mib(device))}
         rows["steps_measured"] = count
+        rows["mfu_flops"] = "analytic"  # DiT4DiT/step_flops.py, not FlopCounterMode (see the flops section)
         state["steps"] = rows  # kept even if a larger batch fails (out of memory)
     return rows
 
@@ -381,17 +363,43 @@ def batch1_timer(state: dict, device: torch.device, count: int):
     return median_step
 
 
-def deterministic(state: dict, device: torch.device, count: int) -> dict:
-    """Median step time at batch 1 with deterministic kernels off, then on (trainer.deterministic's torch part)."""
-    median_step, times = batch1_timer(state, device, count), {}
-    try:
-        for on in (False, True):
-            torch.use_deterministic_algorithms(on)
-            times["on" if on else "off"] = median_step()
-    finally:
-        torch.use_deterministic_algorithms(False)
-    return {"step_ms": {k: round(v * 1e3, 2) for k, v in times.items()},
-            "on_over_off": round(times["on"] / times["off"], 3), "steps_measured": count}
+def deterministic(full_size: bool, count: int, limit: int) -> dict:
+    """Median step time of the Cosmos transformer's video pass (forward and backward: what dominates a step) with
+    trainer.deterministic's torch part off, then on, each in a fresh process: Ascend takes only the first
+    use_deterministic_algorithms setting of a thread (torch_npu's deterministic_computing_apis.md)."""
+    times = {setting: fresh_process("deterministic", setting, full_size, limit // 2, count)["step_s"]
+             for setting in ("off", "on")}
+    return {"step_ms": {k: round(v * 1e3, 2) for k, v in times.items()}, "fresh_process": True,
+            "on_over_off": round(times["on"] / times["off"], 3), "steps_measured": count,
+            "what": "the Cosmos transformer's video pass at batch 1 (forward + backward, bf16 autocast)"}
+
+
+def deterministic_worker(device: torch.device, full_size: bool, count: int) -> dict:
+    """In the fresh process, with the setting already in force: the transformer (the full-size one built on the
+    device, or the tiny one), its median forward + backward at batch 1 after one warm-up."""
+    from diffusers import CosmosTransformer3DModel
+
+    config = dict(cosmos_2b.TRANSFORMER_CONFIG) if full_size else None
+    with tempfile.TemporaryDirectory() as tmp:
+        if config is None:
+            config = json.loads((write_tiny_pipeline(Path(tmp) / "tiny") / "transformer" / "config.json").read_text())
+            config = {k: v for k, v in config.items() if not k.startswith("_")}
+        with torch.device(device):
+            transformer = CosmosTransformer3DModel(**config).to(torch.bfloat16 if full_size else torch.float32).train()
+    side = (224 if full_size else 32) // 8
+    inputs = transformer_inputs(transformer.config, batch=1, frames=2, height=side, width=side * (3 if full_size else 1),
+                                text_tokens=512 if full_size else 16, device=device, dtype=transformer.dtype)
+
+    def step() -> float:
+        bench_model.synchronize(device)
+        start = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=full_size):
+            transformer(**inputs)[0].float().square().mean().backward()
+        bench_model.synchronize(device)
+        return time.perf_counter() - start
+
+    step()
+    return {"step_s": statistics.median(step() for _ in range(count))}
 
 
 def patcher_helper() -> dict:
@@ -404,12 +412,12 @@ def patcher_helper() -> dict:
 
 def patcher(state: dict, device: torch.device, count: int) -> dict:
     """Median batch-1 step time with DIT4DIT_MX_PATCHER=off, then inside the patcher in the mode a run would
-    enter (DIT4DIT_MX_PATCHER, lean by default), each through the patched trainer's own helper, whose start-up
+    enter (DIT4DIT_MX_PATCHER, default unless set), each through the patched trainer's own helper, whose start-up
     lines are recorded. Off comes first: API 2.0 patches stay for the rest of the process once applied (the
     sections after this one run with them, as training does). mx_driving's import changes ASCEND_CUSTOM_OPP_PATH
     after this device has started, so the times are the patches' own cost, not that of another operator build."""
-    mode = os.environ.get("DIT4DIT_MX_PATCHER", "lean")
-    mode = "lean" if mode == "off" else mode  # "on" is the mode a run would enter when it is not switched off
+    mode = os.environ.get("DIT4DIT_MX_PATCHER", "default")
+    mode = "default" if mode == "off" else mode  # "on" is the mode a run would enter when it is not switched off
     if mode not in ("lean", "default"):
         raise ValueError(f"DIT4DIT_MX_PATCHER={mode!r}: expected lean, default or off")
     if importlib.util.find_spec("mx_driving") is None:
@@ -511,28 +519,70 @@ def rope(device: torch.device, shape: tuple[int, int, int, int]) -> dict:
             "ours_ms": round(ours_s * 1e3, 3), "diffusers_ms": round(reference_s * 1e3, 3)}
 
 
-def checksum(device: torch.device, full_size: bool) -> dict:
+def checksum(full_size: bool, limit: int) -> dict:
     """The same weights summed on the device CHECKSUM_REPEATS times, as the old end-of-run check did (per tensor,
-    then over tensors): how many distinct totals, per dtype, with deterministic kernels off and on."""
+    then over tensors): how many distinct totals, per dtype, with deterministic kernels off and on, each setting in a
+    fresh process (Ascend takes only a thread's first use_deterministic_algorithms setting)."""
+    sums, shape = {}, None
+    for setting in ("off", "on"):
+        result = fresh_process("checksum", setting, full_size, limit // 2)
+        sums.update(result["sums"])
+        shape = result["tensors"]
+    return {"tensors": shape, "repeats": CHECKSUM_REPEATS, "sums": sums, "fresh_process": True}
+
+
+def checksum_worker(device: torch.device, full_size: bool, setting: str) -> dict:
     generator = torch.Generator().manual_seed(0)
     count, side = (16, 2048) if full_size else (4, 64)
     weights = [torch.randn(side, side, generator=generator).to(device, torch.bfloat16) for _ in range(count)]
     results = {}
-    try:
-        for on in (False, True):
-            torch.use_deterministic_algorithms(on)
-            for dtype in (torch.float32, torch.float64):
-                name = f"{str(dtype).removeprefix('torch.')}, deterministic {'on' if on else 'off'}"
-                try:
-                    totals = {float(torch.stack([w.to(dtype).sum() for w in weights]).sum())
-                              for _ in range(CHECKSUM_REPEATS)}
-                except RuntimeError as error:  # float64 is not on every device
-                    results[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
-                    continue
-                results[name] = {"distinct": len(totals), "identical": len(totals) == 1}
-    finally:
+    for dtype in (torch.float32, torch.float64):
+        name = f"{str(dtype).removeprefix('torch.')}, deterministic {setting}"
+        try:
+            totals = {float(torch.stack([w.to(dtype).sum() for w in weights]).sum()) for _ in range(CHECKSUM_REPEATS)}
+        except RuntimeError as error:  # float64 is not on every device
+            results[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+            continue
+        results[name] = {"distinct": len(totals), "identical": len(totals) == 1}
+    return {"tensors": f"{count} x ({side}, {side}) bfloat16", "sums": results}
+
+
+FRESH_PROCESS_SECTIONS = ("deterministic", "checksum")
+
+
+def fresh_process(section: str, setting: str, full_size: bool, limit: int, count: int = 1) -> dict:
+    """Run `section`'s worker in a new interpreter with deterministic kernels `setting` (on/off) from its start:
+    its JSON result, or RuntimeError with its last line; killed past `limit` seconds."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--fresh-process", section, "--setting", setting,
+               "--steps", str(count), "--full-size" if full_size else "--tiny"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            out, err = process.communicate(timeout=limit)
+        except BaseException:  # the time limit, or the section's own: no worker outlives it
+            process.kill()
+            process.communicate()
+            raise
+    lines = out.strip().splitlines()
+    if process.returncode != 0 or not lines:
+        tail = (err.strip().splitlines() or [f"exit {process.returncode}"])[-1]
+        raise RuntimeError(f"{section} ({setting}) in a fresh process: {tail}")
+    return json.loads(lines[-1])
+
+
+def fresh_process_main(section: str, setting: str, full_size: bool, count: int) -> int:
+    """The worker's side: the setting first (as the trainer makes it: trainer.deterministic's torch part), then the
+    section's measurement, one JSON line on stdout."""
+    from DiT4DiT.training.trainer import use_deterministic_kernels
+
+    device = select_device("auto") if full_size else torch.device("cpu")
+    if setting == "on":
+        use_deterministic_kernels()
+    else:
         torch.use_deterministic_algorithms(False)
-    return {"tensors": f"{count} x ({side}, {side}) bfloat16", "repeats": CHECKSUM_REPEATS, "sums": results}
+    result = (deterministic_worker(device, full_size, count) if section == "deterministic"
+              else checksum_worker(device, full_size, setting))
+    print(json.dumps(result))
+    return 0
 
 
 def plan_environment() -> dict[str, str | None]:
@@ -670,10 +720,12 @@ def print_table(data: dict) -> None:
                 print(f"  {batch:>5} {row['step_ms']:>10.1f} {tflops:>8} {mfu:>7} {row['peak_mib']:>9}")
     flop = sections.get("flops", {})
     if flop.get("status") == "ok":
-        print(f"  FLOPs per sample and step: {flop['step_counted_per_sample']:.3e} counted (transformer "
-              f"{flop['step_transformer_analytic_per_sample']:.3e} analytic); one transformer forward: counted / "
-              f"analytic {flop['counted_over_analytic_linear']} (matmuls), {flop['counted_over_analytic_total']} "
-              "(with attention)")
+        analytic = flop["step_analytic_per_sample"]
+        print(f"  FLOPs per sample and step: {analytic['total']:.3e} analytic (MFU's), "
+              f"{flop['step_counted_per_sample']:.3e} counted by FlopCounterMode ({flop['step_counted_over_analytic']}x); "
+              + ", ".join(f"{part} {value:.2e}" for part, value in analytic.items() if part != "total"))
+        print(f"  one transformer forward: counted / analytic {flop['counted_over_analytic_linear']} (matmuls), "
+              f"{flop['counted_over_analytic_total']} (with attention)")
     st = sections.get("store", {})
     if st.get("status") == "ok":
         print(f"  store off / on: {st['store_off_over_on']}x; full feature pass / early exit: "
@@ -712,8 +764,15 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--tiny", action="store_true", help="the tiny model (CPU, under a minute)")
     parser.add_argument("--out", type=Path, default=Path("device_check.json"), help="the JSON report")
     parser.add_argument("--peak-tflops", type=float, help="bf16 dense peak for MFU, when the table lacks the device")
+    parser.add_argument("--fresh-process", choices=FRESH_PROCESS_SECTIONS, help=argparse.SUPPRESS)  # a section's worker
+    parser.add_argument("--setting", choices=("on", "off"), help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    if args.fresh_process:
+        if args.tiny:
+            torch.set_num_threads(1)
+        return fresh_process_main(args.fresh_process, args.setting, args.full_size, args.steps)
     device = select_device("auto") if args.full_size else torch.device("cpu")
     if args.full_size and device.type == "cpu":
         print("device_check: --full-size needs a CUDA GPU or an NPU and found neither; use --tiny on a CPU host",
@@ -738,17 +797,17 @@ def main(argv: list[str] | None = None) -> int:
             report.run("plan", limits["plan"], plan, state, device, Path(tmp), args.full_size)
             report.run("checkpointing", limits["checkpointing"], checkpointing, state, device,
                        3 if args.full_size else 2)
-            report.run("deterministic", limits["deterministic"], deterministic, state, device,
-                       5 if args.full_size else 2)
             report.run("patcher", limits["patcher"], patcher, state, device, 3 if args.full_size else 2)
             report.run("latency", limits["latency"], latency, state, device, 3 if args.full_size else 2)
-        state.clear()  # the model's memory back before the last two sections
+        state.clear()  # the model's memory back before the sections that need none of it (or their own process)
         gc.collect()
         if device.type != "cpu":
             getattr(torch, device.type).empty_cache()
+        report.run("deterministic", limits["deterministic"], deterministic, args.full_size, 5 if args.full_size else 2,
+                   limits["deterministic"])
         report.run("repeat", limits["repeat"], repeat, device)
         report.run("rope", limits["rope"], rope, device, ROPE_SHAPE["full" if args.full_size else "tiny"])
-        report.run("checksum", limits["checksum"], checksum, device, args.full_size)
+        report.run("checksum", limits["checksum"], checksum, args.full_size, limits["checksum"])
         report.run("zero2", limits["zero2"], zero2, device, env.get("device_count", 1), Path(tmp))
     print_table(report.data)
     print(f"\nwrote {args.out}")

@@ -111,3 +111,33 @@ def test_deepspeed_zero2_trains_the_same_with_checkpointing(tiny_pipeline_dir, t
     plain = run("plain")
     assert len(plain) == 2
     assert run("checkpointed", "--trainer.enable_gradient_checkpointing=true") == plain
+
+
+def test_the_text_encoders_layers_checkpointed_give_the_same_losses_and_gradients(tiny_model_cfg, tiny_examples):
+    """trainer.text_encoder_gradient_checkpointing with the text encoder trained (freeze_modules ''): its layers and
+    the embedding's normalisation are recomputed in the backward; losses and every gradient stay as they were."""
+    from DiT4DiT.config.sections import TrainerSection
+    from DiT4DiT.config.typed import section
+    from DiT4DiT.training.trainer import set_up_model
+
+    plain_cfg = tiny_model_cfg("trainer.freeze_modules=''", "framework.cosmos25.prompt_cache=false")
+    recomputing_cfg = tiny_model_cfg("trainer.freeze_modules=''", "framework.cosmos25.prompt_cache=false",
+                                     "trainer.text_encoder_gradient_checkpointing=true")
+    plain = set_up_model(build_framework(plain_cfg), section(plain_cfg.trainer, TrainerSection), None, False)
+    recomputing = set_up_model(build_framework(recomputing_cfg), section(recomputing_cfg.trainer, TrainerSection),
+                               None, False)
+    recomputing.load_state_dict(plain.state_dict())
+    plain.train(), recomputing.train()
+    text_encoder = recomputing.backbone_interface.extractor.text_encoder
+    assert text_encoder.is_gradient_checkpointing
+    layer_calls = forward_calls(text_encoder.model.language_model.layers[-1])
+    examples = tiny_examples(plain_cfg, batch=2)
+
+    losses, grads = step(plain, examples)
+    checkpointed_losses, checkpointed_grads = step(recomputing, examples)
+    for name, loss in losses.items():
+        assert torch.allclose(loss, checkpointed_losses[name], rtol=0, atol=1e-6), name
+    assert grads.keys() == checkpointed_grads.keys() and any("text_encoder" in name for name in grads)
+    for name, grad in grads.items():
+        assert torch.allclose(grad, checkpointed_grads[name], rtol=0, atol=1e-6), name
+    assert layer_calls == [2]  # the forward, and again in the backward

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator
 from DiT4DiT.training.metrics import plot_loss_curve
 from helpers.bad_inputs import BadInput, check_bad_input
 
+ROOT = Path(__file__).resolve().parents[1]
 ON = ("--trainer.closed_loop_eval.interval=2", "--trainer.save_interval=2", "--trainer.max_train_steps=4",
       f"--trainer.closed_loop_eval.python={sys.executable}")
 ROWS = [
@@ -238,3 +240,90 @@ def test_the_end_of_a_run_never_waits_for_a_stopped_side_process(tmp_path, at_en
         assert not closing.is_alive() and gone(process.pid)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
+
+
+# -- where the side process runs ------------------------------------------------------------------------------------
+
+FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
+FAKE_NVIDIA = ROOT / "tests" / "fakes" / "nvidia_bin"
+
+
+@pytest.fixture
+def a3_host(monkeypatch):
+    """A fake 16-die Atlas 800T A3 node (npu-smi), training processes set per test with LOCAL_WORLD_SIZE."""
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NPU_SMI_LAYOUT", "a3")
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    return monkeypatch
+
+
+def test_auto_on_a_node_whose_dies_all_train_is_refused_with_one_line(a3_host, tmp_path, capsys):
+    """16 processes on the 16 dies of an A3 node and device auto: before anything is written, one line says why
+    and what to set, on the real trainer entry."""
+    a3_host.setenv("LOCAL_WORLD_SIZE", "16")
+    row = BadInput("every die trains", (*ON, "--trainer.closed_loop_eval.device=auto"), 2,
+                   ("trainer.closed_loop_eval.device=auto", "16 training processes on this node use all 16 visible "
+                    "NPU dies", "share NPU die 0 with rank 0", "trainer.closed_loop_eval.device_id",
+                    "ASCEND_RT_VISIBLE_DEVICES", "device=cpu"))
+    check_bad_input(row, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("device_id, words", [
+    (3, ("device_id=3", "training process 3 of this node uses that NPU die", "ASCEND_RT_VISIBLE_DEVICES")),
+    (16, ("device_id=16", "this host has 16 NPU dies (0-15)")),
+], ids=["a training die", "no such die"])
+def test_a_named_die_that_trains_or_does_not_exist_is_refused(a3_host, device_id, words):
+    from DiT4DiT.config.errors import ConfigError
+    from DiT4DiT.training.closed_loop_eval import side_process_devices
+
+    with pytest.raises(ConfigError) as raised:
+        side_process_devices(settings(device="npu", device_id=device_id), 16)
+    assert all(word in str(raised.value) for word in words), str(raised.value)
+
+
+def test_the_side_process_gets_a_free_die_or_the_named_one(a3_host):
+    from DiT4DiT.training.closed_loop_eval import side_process_devices
+
+    # 15 processes on 16 visible dies: the first one they leave
+    assert side_process_devices(settings(device="auto"), 15) == {"ASCEND_RT_VISIBLE_DEVICES": "15"}
+    # training sees dies 1-15 (ASCEND_RT_VISIBLE_DEVICES), 15 processes: die 0 is free and may be named
+    a3_host.setenv("ASCEND_RT_VISIBLE_DEVICES", ",".join(map(str, range(1, 16))))
+    assert side_process_devices(settings(device="npu", device_id=0), 15) == {"ASCEND_RT_VISIBLE_DEVICES": "0"}
+    assert side_process_devices(settings(device="cpu"), 15) == {}
+
+
+def test_gpus_are_placed_the_same_way(monkeypatch):
+    """A node of 8 GPUs (fake nvidia-smi, no npu-smi): 8 processes leave none; 7 leave GPU 7."""
+    from DiT4DiT.config.errors import ConfigError
+    from DiT4DiT.training.closed_loop_eval import side_process_devices
+
+    monkeypatch.setenv("PATH", f"{FAKE_NVIDIA}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(ConfigError, match="the 8 training processes on this node use all 8 visible GPUs"):
+        side_process_devices(settings(device="cuda"), 8)
+    assert side_process_devices(settings(device="auto"), 7) == {"CUDA_VISIBLE_DEVICES": "7"}
+
+
+@pytest.mark.slow  # starts the side process
+def test_the_side_process_sees_only_the_named_die_and_every_core(a3_host, tmp_path):
+    """The evaluator starts the real side process (its checkpoint is missing, so its server stops at once): its
+    first line shows the one die it sees and its CPU affinity reset to the whole machine, though the trainer's
+    process was bound to one core."""
+    from DiT4DiT.training.closed_loop_eval import side_process_devices
+
+    a3_host.setenv("ASCEND_RT_VISIBLE_DEVICES", ",".join(map(str, range(15))))
+    chosen = settings(device="npu", device_id=15)
+    evaluator = ClosedLoopEvaluator(chosen, tmp_path, 2, [].append, wait_limit_s=1,
+                                    devices=side_process_devices(chosen, 15))
+    (tmp_path / "checkpoints").mkdir()
+    bound = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(bound)})
+    try:
+        evaluator.start(2)
+    finally:
+        os.sched_setaffinity(0, bound)
+    step, process, out, _ = evaluator.running
+    process.wait(timeout=300)
+    log = (out / "side_process.log").read_text()
+    cores = os.cpu_count()
+    assert f"closed-loop side process: devices ASCEND_RT_VISIBLE_DEVICES=15; CPU affinity: {cores} cores (was 1)" in log

@@ -13,7 +13,7 @@ import pytest
 
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
 from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
-from DiT4DiT.launch.npu_topology import detect_soc, parse_npu_smi, visible_ids
+from DiT4DiT.npu_topology import detect_soc, parse_npu_smi, visible_ids
 from helpers.in_process import call_main
 from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_env, doctor_process, fake_npu_smi
 from helpers.sections import run_sections
@@ -118,10 +118,11 @@ def test_patcher_probe_tells_the_generations_apart(fake, api):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fake, env, line", [
-    ("mx_driving_v2", {}, "applied numpy_compat; left out tensor_index, batch_matmul; importing mx_driving set "
+    ("mx_driving_v2", {}, "applied numpy_compat, tensor_index, batch_matmul; importing mx_driving set "
                           "ASCEND_CUSTOM_OPP_PATH="),
-    ("mx_driving_v2", {"DIT4DIT_MX_PATCHER": "default"}, "applied numpy_compat, tensor_index, batch_matmul; importing"),
-    ("mx_driving_v1", {}, "mx_driving patcher (lean; mx-driving version unknown, API 1.0): applied numpy_type; left out "
+    ("mx_driving_v2", {"DIT4DIT_MX_PATCHER": "lean"}, "applied numpy_compat; left out tensor_index, batch_matmul; "
+                                                      "importing"),
+    ("mx_driving_v1", {}, "mx_driving patcher (default; mx-driving version unknown, API 1.0): applied numpy_type, "
                           "index, batch_matmul (DIT4DIT_MX_PATCHER=off skips it)"),
     ("mx_driving_v1", {"DIT4DIT_MX_PATCHER": "off"}, "mx_driving patcher: off (DIT4DIT_MX_PATCHER=off"),
 ])
@@ -317,3 +318,54 @@ def test_the_launcher_refuses_the_same_device_memory(given):
     result = plan("--dry-run", f"--device_memory_gib={given}", layout=None)
     assert result.returncode == 2
     assert f"--device_memory_gib {float(given):g}: expected the free memory of one device" in result.stderr
+# -- HCCL's host ports ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reserved, base, status", [
+    ("\n", None, "WARN"), ("60000-60031\n", None, "PASS"), ("8080,60000-60015\n", None, "WARN"),
+    ("61000-61031\n", "61000", "PASS"),
+], ids=["none reserved", "reserved", "half reserved", "another base, reserved"])
+def test_hccl_host_ports_must_be_reserved_where_the_ephemeral_range_covers_them(tmp_path, reserved, base, status):
+    from DiT4DiT.doctor.hccl_ports import port_check
+
+    (tmp_path / "ip_local_reserved_ports").write_text(reserved)
+    (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
+    env = {"HCCL_IF_BASE_PORT": base} if base else {}
+    got, detail, fix = port_check(env, tmp_path)
+    assert got == status, detail
+    if status == "WARN":
+        assert "in the ephemeral range (32768-60999) and not reserved" in detail
+        assert fix.startswith("sysctl -w net.ipv4.ip_local_reserved_ports=60000-60031")
+    (tmp_path / "ip_local_port_range").write_text("32768\t59999\n")  # a range below HCCL's: nothing to reserve
+    assert port_check({}, tmp_path)[0] == "PASS"
+
+
+@pytest.mark.slow
+def test_the_doctor_checks_hccl_ports_on_an_npu_host_and_prints_a_time_plan(tiny_pipeline_dir):
+    _, lines = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir), layout="a3")
+    assert lines["hccl_ports"].startswith(("PASS", "WARN"))  # this host's own settings
+    assert lines["time_plan"].startswith("PASS  time_plan       projection at an assumed 30% MFU: ")
+    assert all(device in lines["time_plan"] for device in ("A3 die", "A2", "H200"))
+    _, cpu = doctor("--config_yaml", str(TINY_YAML), "--base_model", str(tiny_pipeline_dir), "--assumed_mfu", "0.5")
+    assert cpu["hccl_ports"].startswith("SKIP") and "at an assumed 50% MFU" in cpu["time_plan"]
+
+
+def test_the_time_plan_is_the_steps_flops_at_the_assumed_mfu(tmp_path, capsys):
+    """The doctor's projection divides each device's FLOPs per optimizer step by its bf16 peak times the MFU; the
+    table command prints it for the original's four configs."""
+    from DiT4DiT.doctor import time_plan
+    from DiT4DiT.memory_plan import ORIGINAL_CONFIGS
+    from DiT4DiT.step_flops import snapshot_configs, training_step_flops
+    from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+    from helpers.sections import run_sections
+
+    shapes = write_shapes_only(tmp_path / "shapes")
+    framework, trainer, data = run_sections(ROOT / ORIGINAL_CONFIGS["robotwin"],
+                                            "trainer.gradient_accumulation_steps=2")
+    flops = training_step_flops(*snapshot_configs(shapes), framework, trainer, data, 3, 4).total
+    tflop = time_plan.step_tflop(shapes, framework, trainer, data, 3)
+    assert tflop == pytest.approx(2 * flops / 1e12)
+    seconds, hours = time_plan.projections(tflop, 100_000, 0.3)["A3 die"]
+    assert seconds == pytest.approx(tflop / (376 * 0.3)) and hours == pytest.approx(seconds * 100_000 / 3600)
+    assert time_plan.main(["--base_model", str(shapes)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(ORIGINAL_CONFIGS)

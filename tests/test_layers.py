@@ -17,11 +17,11 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "DiT4DiT"
 LAYERS = [
     {"facts", "errors", "atomic_files", "yaml_files", "logging_setup", "requirements_check", "cosmos_2b",
-     "process_lifetime", "pipeline_shape", "pipeline_folder", "safetensors_header"},
+     "process_lifetime", "pipeline_shape", "pipeline_folder", "safetensors_header", "npu_topology"},
     {"config"},
     {"dataloader", "model"},
     {"output_paths"},
-    {"memory_estimate", "host_memory", "memory_plan"},
+    {"memory_estimate", "host_memory", "memory_plan", "step_flops"},
     {"serving", "evaluation", "training"},
     {"launch"},
     {"doctor", "tools"},

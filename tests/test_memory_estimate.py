@@ -13,9 +13,11 @@ import pytest
 from DiT4DiT.memory_estimate import (GIB, HEAD_BYTES_WITHOUT_DEEPSPEED, MEASURED,
                                      NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN, action_head_params,
                                      action_head_saved_bytes, cosmos_block_saved_bytes,
-                                     estimate_training_memory)
+                                     estimate_training_memory, text_encoder_graph_bytes, text_encoder_widths,
+                                     vae_condition_graph_bytes)
 from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
-from DiT4DiT.tools.measure_activation_memory import cosmos_saved_bytes, cosmos_transformer
+from DiT4DiT.tools.measure_activation_memory import (cosmos_saved_bytes, cosmos_transformer, qwen_text_encoder,
+                                                     text_encoder_saved_bytes, vae_saved_bytes, wan_vae)
 from helpers.sections import run_sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,3 +170,124 @@ def test_without_deepspeed_adamw_keeps_its_state_in_each_parameters_dtype(named_
     # The head computes in float32: twice the bf16 head's saved bytes, for each of the batch's 4 samples.
     head_saved = 4 * action_head_saved_bytes(framework.action_model, trainer.repeated_diffusion_steps, 1176, False)
     assert (plain.activation_gib - zero2.activation_gib) * GIB == pytest.approx(head_saved)
+
+
+# --- what the configs that train everything add: the text encoder's and the VAE's graphs ---------------------------
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_a_measured_text_encoder_layer_at_another_width_matches_the_estimate(checkpointing, one_torch_thread):
+    """A Qwen2.5-VL text encoder of 7 heads x 128 = 896 wide (1 KV head: the real one's 7 query heads per KV head),
+    MLP 2048, 2 prompts of 96 tokens: none of it measured by the table (3584 wide, MLP 18944 and 256, 128-512
+    tokens). Per layer = (2 layers) - (1 layer), against the estimate's layer for those widths (on the CPU: its
+    grouped-query attention keeps the S^2 softmax, which the estimate counts for device kind cpu)."""
+    widths = {"hidden": 896, "intermediate": 2048, "heads": 7, "kv_heads": 1}
+    one, two = (text_encoder_saved_bytes(qwen_text_encoder(layers, **widths), 2, 96, checkpointing)
+                for layers in (1, 2))
+    per_layer = {layers: {**widths, "layers": layers} for layers in (1, 2)}
+    estimate = (text_encoder_graph_bytes(per_layer[2], 2, 96, checkpointing, "cpu")
+                - text_encoder_graph_bytes(per_layer[1], 2, 96, checkpointing, "cpu"))
+    assert two - one == pytest.approx(estimate, rel=0.10)
+
+
+def test_a_measured_vae_encode_with_grad_at_another_width_matches_the_estimate(one_torch_thread):
+    """The Wan VAE at a third of its width (base_dim 32) encoding the conditioning frames of 2 samples of 64 x 96 px
+    with its weights trained: what autograd keeps, against the table's 96-wide figure scaled by the width."""
+    vae = wan_vae(base_dim=32)
+    assert vae_saved_bytes(vae, 2, 1, 64, 96) == pytest.approx(vae_condition_graph_bytes(2, 64 * 96, 32), rel=0.10)
+
+
+LIBERO_YAML = ROOT / "DiT4DiT/config/libero/dit4dit_libero.yaml"
+THIN_MLP = 256  # the full-size snapshot's thin text encoder (DiT4DiT/tools/full_size_cosmos.py)
+
+
+@pytest.fixture(scope="module")
+def real_2b(tmp_path_factory) -> Path:
+    """The real snapshot's configs and headers (its 8.3B text encoder), and the same with the thin encoder's MLP."""
+    from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+
+    return write_shapes_only(tmp_path_factory.mktemp("cosmos-2b") / "shapes")
+
+
+def libero(*overrides: str):
+    return run_sections(LIBERO_YAML, *overrides)
+
+
+def test_the_graphs_count_exactly_when_the_config_trains_those_modules(real_2b):
+    """LIBERO trains everything: its estimate holds the text encoder's graph (every layer, real widths) and the VAE's
+    (the conditioning frame of 2 views of 224 px); frozen, neither counts; each counts on its own."""
+    text = {"hidden": 3584, "intermediate": 18944, "layers": 28, "heads": 28}
+    batch, pixels = 16, 2 * 224 * 224
+    text_graph = text_encoder_graph_bytes(text, batch, 512, False, "npu")
+    vae_graph = vae_condition_graph_bytes(batch, pixels, 96)
+    # 282 KiB per token per layer, and 21 KiB per token for the embedding and the last norm: 4.1 GB per prompt
+    assert text_graph / batch == pytest.approx(512 * (28 * (136720 + 8 * 18944) + 21516))
+    runs = {name: estimate_training_memory(real_2b, *libero(*overrides), 16, 2) for name, overrides in {
+        "everything": (), "text encoder frozen": ("trainer.freeze_modules=backbone_interface.extractor.text_encoder",),
+        "VAE frozen": ("trainer.freeze_modules=backbone_interface.extractor.vae",),
+        "both frozen": ("trainer.freeze_modules=backbone_interface.extractor.text_encoder,"
+                        "backbone_interface.extractor.vae",)}.items()}
+    assert runs["everything"].trained_inputs_gib * GIB == pytest.approx(text_graph + vae_graph)
+    assert runs["text encoder frozen"].trained_inputs_gib * GIB == pytest.approx(vae_graph)
+    assert runs["VAE frozen"].trained_inputs_gib * GIB == pytest.approx(text_graph)
+    assert runs["both frozen"].trained_inputs_gib == 0.0
+    assert (runs["everything"].activation_gib - runs["both frozen"].activation_gib) * GIB == pytest.approx(
+        text_graph + vae_graph)
+    # The text encoder's layers checkpointed: each layer's output, and one layer rebuilt at a time.
+    recomputed = estimate_training_memory(real_2b, *libero("trainer.text_encoder_gradient_checkpointing=true"), 16, 2)
+    layer = text_encoder_graph_bytes({**text, "layers": 1}, batch, 512, False, "npu") - text_encoder_graph_bytes(
+        {**text, "layers": 0}, batch, 512, False, "npu")
+    checkpointed = text_encoder_graph_bytes(text, batch, 512, True, "npu")
+    assert recomputed.trained_inputs_gib * GIB == pytest.approx(checkpointed + vae_graph)
+    assert checkpointed == pytest.approx(layer + batch * 512 * (28 * 7168 + 28684))  # each layer's bf16 output
+    assert checkpointed < text_graph / 9
+
+
+def test_a_trained_vae_keeps_the_video_pass_graph_though_the_transformer_is_frozen(real_2b):
+    """The VAE's gradient comes back through every block of the video pass, so its graph is kept even when the
+    whole transformer is frozen (frozen blocks: what the backward to their input needs)."""
+    frozen = ("backbone_interface.extractor.text_encoder,backbone_interface.extractor.transformer,"
+              "backbone_interface.extractor.vae")
+    nothing_before = estimate_training_memory(real_2b, *robotwin(f"trainer.freeze_modules={frozen}"), 16, 3)
+    vae_trained = estimate_training_memory(real_2b, *robotwin(
+        "trainer.freeze_modules=backbone_interface.extractor.text_encoder,backbone_interface.extractor.transformer"),
+        16, 3)
+    passes = vae_trained.activation_gib - vae_trained.trained_inputs_gib - nothing_before.activation_gib
+    assert passes * GIB > 28 * cosmos_block_saved_bytes(2048, 1176, 512, False, 4, frozen=True)
+
+
+def test_a_thin_text_encoder_follows_its_own_widths(real_2b, tmp_path):
+    """The full-size snapshot's thin encoder (MLP 256): the estimate reads its config.json, so its graph is the real
+    one's with the MLP's 8 B per unit at 256 instead of 18944."""
+    thin = tmp_path / "thin"
+    for part in ("transformer", "vae", "scheduler", "tokenizer", "model_index.json"):
+        (thin / part).parent.mkdir(exist_ok=True)
+        (thin / part).symlink_to(real_2b / part)
+    (thin / "text_encoder").mkdir()
+    config = json.loads((real_2b / "text_encoder" / "config.json").read_text())
+    config["text_config"]["intermediate_size"] = THIN_MLP
+    (thin / "text_encoder" / "config.json").write_text(json.dumps(config))
+    for header in (real_2b / "text_encoder").glob("*.safetensors"):
+        (thin / "text_encoder" / header.name).symlink_to(header)
+    real, thinned = (estimate_training_memory(folder, *libero(), 16, 2) for folder in (real_2b, thin))
+    vae_graph = vae_condition_graph_bytes(16, 2 * 224 * 224, 96)
+    ratio = (136720 + 8 * THIN_MLP) / (136720 + 8 * 18944)
+    assert (thinned.trained_inputs_gib * GIB - vae_graph) == pytest.approx(
+        (real.trained_inputs_gib * GIB - vae_graph) * ratio, rel=0.01)
+
+
+def test_the_text_encoder_widths_come_from_either_config_layout():
+    nested = {"model_type": "qwen2_5_vl", "text_config": {"hidden_size": 3584, "intermediate_size": 256,
+                                                          "num_hidden_layers": 28, "num_attention_heads": 28}}
+    flat = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28}
+    assert text_encoder_widths(nested) == {"hidden": 3584, "intermediate": 256, "layers": 28, "heads": 28}
+    assert text_encoder_widths(flat)["intermediate"] == 18944
+
+
+def test_an_offloaded_optimizer_moves_its_state_to_host_memory(real_2b):
+    """ZeRO-2 with offload_optimizer: the device keeps bf16 weights and gradients (4 B per trained parameter), the
+    host 16 B / processes (fp32 master weights, both moments and the gradient partition)."""
+    on_device, offloaded = (estimate_training_memory(real_2b, *libero(), 16, 2, offload_optimizer=o) for o in (False, True))
+    assert offloaded.activation_gib == on_device.activation_gib and on_device.host_offload_gib == 0.0
+    trainable = offloaded.host_offload_gib * GIB * 16 / 16
+    assert (on_device.static_gib - offloaded.static_gib) * GIB == pytest.approx(12 / 16 * trainable)
+    assert trainable == pytest.approx(sum(SNAPSHOT_PARAMETERS.values()), rel=0.05)  # everything trains in LIBERO

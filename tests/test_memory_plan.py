@@ -34,7 +34,9 @@ def test_zero3_and_checkpointing_lower_the_estimate(real_sizes):
     assert three.static_gib < two.static_gib and three.activation_gib == two.activation_gib
     on = estimate_training_memory(real_sizes, framework, replace(trainer, enable_gradient_checkpointing=True), data,
                                   16, 2)
-    assert on.activation_gib < two.activation_gib / 5 and on.static_gib == two.static_gib
+    # the transformer's and the head's part; the text encoder's and the VAE's graphs are not theirs to shrink
+    assert on.trained_inputs_gib == two.trained_inputs_gib > 0 and on.static_gib == two.static_gib
+    assert on.activation_gib - on.trained_inputs_gib < (two.activation_gib - two.trained_inputs_gib) / 5
     ddp = estimate_training_memory(real_sizes, framework, trainer, data, 16, 2, zero_stage=0)  # nothing shared without DeepSpeed
     assert ddp.static_gib > two.static_gib
 
@@ -75,6 +77,63 @@ def test_launch_config_gives_the_zero_stage():
     assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/deepspeed_zero2.yaml") == 2
     assert memory_plan.launch_zero_stage(memory_plan.ZERO3_LAUNCH_CONFIG) == 3
     assert memory_plan.launch_zero_stage("DiT4DiT/config/deepseeds/cpu.yaml") == 0
+    assert memory_plan.launch_run(memory_plan.ZERO2_OFFLOAD_LAUNCH_CONFIG, 16, 2) == memory_plan.Run(16, 2, 2, True)
+    assert memory_plan.launch_run(memory_plan.ZERO2_LAUNCH_CONFIG, 8) == memory_plan.Run(8, 1, 2, False)
+
+
+def test_the_offload_preset_is_zero2_with_the_optimizer_in_host_memory():
+    import json
+
+    zero2, offload = (json.loads((ROOT / "DiT4DiT/config/deepseeds" / name).read_text())
+                      for name in ("ds_zero2.json", "ds_zero2_offload.json"))
+    assert offload["zero_optimization"].pop("offload_optimizer") == {"device": "cpu", "pin_memory": True}
+    # the trainer's own AdamW steps the host's partition (DeepSpeed would otherwise insist on its compiled CPU Adam)
+    assert offload.pop("zero_force_ds_cpu_optimizer") is False
+    assert offload == zero2
+
+
+def test_the_devices_offer_what_the_runtime_reports():
+    """An A3 die and an A2 device: 64 GB of HBM, of which torch_npu reports 61.27 / 60.96 GiB as total capacity;
+    the plan keeps its 10% of that."""
+    assert memory_plan.DEVICES["a3"].memory_gib == 61.27 and memory_plan.DEVICES["a2"].memory_gib == 60.96
+    assert memory_plan.HEADROOM * memory_plan.DEVICES["a3"].memory_gib == pytest.approx(55.1, abs=0.05)
+
+
+def test_a_config_that_trains_the_text_encoder_gets_its_changes_and_the_experiment_one_last(real_sizes):
+    """LIBERO as shipped on 16 A3 dies: the text encoder's layers checkpointed and the offloaded optimizer are
+    changes of the run (the latter with its host memory); freezing the text encoder changes the experiment: listed
+    last, labelled, never stacked and never the smallest change while a change of the run fits."""
+    result = memory_plan.plan(real_sizes, *sections(LIBERO), memory_plan.Run(16), 2,
+                              free_gib=memory_plan.DEVICES["a3"].memory_gib)
+    assert not result.fits
+    flags = [o.flags[0] for o in result.options]
+    assert "--trainer.text_encoder_gradient_checkpointing=true" in flags
+    offload = next(o for o in result.options if o.flags == [f"--launch_config={memory_plan.ZERO2_OFFLOAD_LAUNCH_CONFIG}"])
+    assert offload.estimate.host_offload_gib > 0
+    assert any(f"GiB of host memory per process)  --launch_config={memory_plan.ZERO2_OFFLOAD_LAUNCH_CONFIG}" in line
+               for line in result.lines())
+    last = result.options[-1]
+    assert last.changes_experiment and last.change.startswith("CHANGES THE EXPERIMENT: the text encoder frozen")
+    assert last.flags == ["--trainer.freeze_modules=backbone_interface.extractor.text_encoder"]
+    assert [o for o in result.options if o.changes_experiment] == [last]
+    assert result.best is not None and not result.best.changes_experiment
+    assert result.lines()[-1].startswith("smallest change that fits: ")
+
+
+def test_when_only_the_experiment_change_fits_the_plan_says_so(real_sizes):
+    """No change of the run fits: the frozen text encoder is offered as a change of the experiment, never as the
+    smallest change; a config that freezes it already gets no such line."""
+    current = estimate_training_memory(real_sizes, *sections(LIBERO), 16, 2)
+    smaller = replace(current, static_gib=1.0, activation_gib=1.0)
+    result = memory_plan.Plan(35.0, current, False, [
+        memory_plan.Option("ZeRO-3 (weights and gradients sharded too)", ["--launch_config=z3"], current, False),
+        memory_plan.Option("CHANGES THE EXPERIMENT: the text encoder frozen", ["--trainer.freeze_modules=te"], smaller,
+                           True, changes_experiment=True)])
+    assert result.best is None and result.experiment_change.fits
+    assert result.lines()[-1] == ("no change of the run fits; one of the experiment does: CHANGES THE EXPERIMENT: the "
+                                  "text encoder frozen: --trainer.freeze_modules=te")
+    robotwin = memory_plan.plan(real_sizes, *sections(ROBOTWIN), memory_plan.Run(16), 3, free_gib=35.0)
+    assert robotwin.experiment_change is None  # robotwin freezes the text encoder already
 
 
 def test_gpu_free_memory_comes_from_nvidia_smi(monkeypatch):

@@ -108,19 +108,23 @@ def test_patch_touches_only_the_two_device_files():
 LEAN_V2 = ["default_patcher.disable(tensor_index,batch_matmul)", "default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat)"]
 LEAN_V1 = ["default_patcher_builder.disable_patches(index,batch_matmul)", "default_patcher_builder.build", "enter",
            "apply(msda,numpy_type)", "exit"]
+# Unset, DIT4DIT_MX_PATCHER means mx_driving's default patcher as shipped.
+DEFAULT_V2 = ["default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat,TensorIndex,BatchMatmul)"]
+DEFAULT_V1 = ["default_patcher_builder.build", "enter", "apply(msda,numpy_type,index,batch_matmul)", "exit"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fake, mode, calls, applied", [
-    (MX_V2, None, LEAN_V2, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out tensor_index, "
-                           "batch_matmul; importing mx_driving set ASCEND_CUSTOM_OPP_PATH="),
-    (MX_V2, "lean", LEAN_V2, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out"),
-    (MX_V2, "default", ["default_patcher.apply(MultiScaleDeformableAttention,NumpyCompat,TensorIndex,BatchMatmul)"],
+    (MX_V2, None, DEFAULT_V2, "(default; mx-driving version unknown, API 2.0): applied numpy_compat, tensor_index, "
+                              "batch_matmul; importing mx_driving set ASCEND_CUSTOM_OPP_PATH="),
+    (MX_V2, "lean", LEAN_V2, "(lean; mx-driving version unknown, API 2.0): applied numpy_compat; left out tensor_index, "
+                             "batch_matmul; importing"),
+    (MX_V2, "default", DEFAULT_V2,
      "(default; mx-driving version unknown, API 2.0): applied numpy_compat, tensor_index, batch_matmul; importing"),
-    (MX_V1, None, LEAN_V1, "(lean; mx-driving version unknown, API 1.0): applied numpy_type; left out index, "
-                           "batch_matmul (DIT4DIT_MX_PATCHER=off skips it)"),
-    (MX_V1, "default", ["default_patcher_builder.build", "enter", "apply(msda,numpy_type,index,batch_matmul)", "exit"],
-     "(default; mx-driving version unknown, API 1.0): applied numpy_type, index, batch_matmul (DIT4DIT_MX_PATCHER"),
+    (MX_V1, None, DEFAULT_V1, "(default; mx-driving version unknown, API 1.0): applied numpy_type, index, batch_matmul "
+                              "(DIT4DIT_MX_PATCHER=off skips it)"),
+    (MX_V1, "lean", LEAN_V1, "(lean; mx-driving version unknown, API 1.0): applied numpy_type; left out index, "
+                             "batch_matmul (DIT4DIT_MX_PATCHER=off skips it)"),
 ])
 def test_fixture_entry_with_torch_npu_and_either_patcher_api(zygote, tmp_path, ported_fixture, fake, mode, calls,
                                                              applied):
@@ -143,7 +147,7 @@ def test_fixture_entry_with_torch_npu_and_either_patcher_api(zygote, tmp_path, p
 def test_patcher_is_exited_when_training_fails(zygote, tmp_path, ported_fixture):
     report, result = run_patched(zygote, tmp_path, ported_fixture, [TORCH_NPU, MX_V1], "--steps", "not-a-number")
     assert report["exit"] == 2 and "invalid int value" in result.stderr
-    assert report["patcher_calls"] == LEAN_V1[:-1] + ["exit(SystemExit)"]
+    assert report["patcher_calls"] == DEFAULT_V1[:-1] + ["exit(SystemExit)"]
 
 
 @pytest.mark.slow
@@ -153,7 +157,7 @@ def test_a_patcher_that_fails_to_apply_is_a_warning(zygote, tmp_path, ported_fix
                                  env={"FAKE_MX_DRIVING_APPLY_ERROR": "1"})
     assert report["exit"] == 0, result.stderr
     assert report["autocast"] == {"npu": 2 * 3 + 2}
-    warning = "RuntimeWarning: the mx_driving patcher (lean) failed to apply (RuntimeError('fake patch failure')); training without it"
+    warning = "RuntimeWarning: the mx_driving patcher (default) failed to apply (RuntimeError('fake patch failure')); training without it"
     assert result.stderr.count(warning) == 1
     assert not any(call.startswith(("apply", "default_patcher.apply", "exit")) for call in report["patcher_calls"])
 
@@ -246,7 +250,7 @@ def test_patched_real_tree_with_fakes(zygote, tmp_path, tiny_pipeline_dir, tiny_
     # maps to NPU availability, is False): every autocast site stays off instead of warning on each step.
     assert report["autocast"] == {}
     assert report["adamw_fused"] == [True]
-    assert report["patcher_calls"] == LEAN_V2
+    assert report["patcher_calls"] == DEFAULT_V2
     assert "torch_npu is not importable" not in result.stderr
     records = [json.loads(line) for line in (tmp_path / "runs" / "fakes" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "total_loss" in r] == [1, 2]

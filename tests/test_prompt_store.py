@@ -33,7 +33,8 @@ def frozen_model(cfg):
 
 def count_text_encoder_calls(model) -> list:
     calls = []
-    model.backbone_interface.extractor.text_encoder.register_forward_hook(lambda *args: calls.append(1))
+    # the language model: the backbone runs it without the lm_head around it
+    model.backbone_interface.extractor.text_encoder.model.register_forward_hook(lambda *args: calls.append(1))
     return calls
 
 

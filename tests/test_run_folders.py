@@ -42,6 +42,7 @@ NULL_MEANS_THE_SAME = {
     "framework.action_model.diffusion_model_cfg.positional_embeddings", "trainer.pretrained_checkpoint",
     "trainer.reload_modules", "trainer.freeze_modules",
     "trainer.closed_loop_eval.python",  # ours alone (the default: this checkout's .venv-metaworld); the original reads no closed_loop_eval
+    "trainer.closed_loop_eval.device_id",  # ours alone (the default: the first device training leaves free)
 }
 # The tiny model, at the widths the data configs need (padded to these).
 TINY_MODEL = [

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import torch
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training import preemption, resume, run_dir
+from DiT4DiT.training.host_waits import HostWaits
 
 ROBOTWIN = Path(__file__).resolve().parents[1] / "DiT4DiT/config/robotwin/dit4dit_robotwin.yaml"
 
@@ -265,7 +267,7 @@ def test_a_forged_state_is_named_and_the_previous_one_is_used(tmp_path, caplog):
     (problem,) = ckpt.verify_share(newer, 0, 1)
     assert problem.startswith(f"{newer / 'rng_rank0.pt'}: refused by torch.load(weights_only=True)")
     assert "\n" not in problem
-    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2, waits=HostWaits(timedelta(seconds=60)))
     with caplog.at_level(logging.WARNING):
         found = checkpointer.find(weights_only_fallback=False)
     assert (found.step, found.state) == (10, older)
@@ -277,7 +279,7 @@ def test_a_forged_only_state_is_a_resume_error_naming_the_file(tmp_path):
 
     state = published_state(tmp_path / "checkpoints", 10)
     _forge(state, "rng_rank0.pt")
-    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2, waits=HostWaits(timedelta(seconds=60)))
     with pytest.raises(ckpt.ResumeError, match=r"states refused: steps_10_training_state: .*rng_rank0\.pt: refused by "
                                                r"torch\.load\(weights_only=True\)"):
         checkpointer.find(weights_only_fallback=False)
@@ -312,7 +314,7 @@ def test_a_forged_deepspeed_file_is_refused_and_its_payload_never_runs(tmp_path,
 
     (problem,) = ckpt.verify_share(state, 0, 1)
     assert problem.startswith(f"{state / name}: refused by torch.load(weights_only=True)") and "\n" not in problem
-    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2)
+    checkpointer = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2, waits=HostWaits(timedelta(seconds=60)))
     with pytest.raises(ckpt.ResumeError, match=re.escape(name) + r": refused by torch\.load"):
         checkpointer.find(weights_only_fallback=False)
     assert not marker.exists()
@@ -399,7 +401,7 @@ def test_an_edited_trainer_state_is_refused_and_the_previous_state_used(tmp_path
     edit(newer)
     problems = ckpt.verify_share(newer, 0, 1)
     assert any(re.search(problem, p) for p in problems), problems
-    found = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2).find(weights_only_fallback=False)
+    found = ckpt.Checkpointer(Accelerator(cpu=True), tmp_path, [], keep_last=2, waits=HostWaits(timedelta(seconds=60))).find(weights_only_fallback=False)
     assert (found.step, found.state, found.weights) == (10, older, checkpoints / "steps_10_pytorch_model.pt")
 
 

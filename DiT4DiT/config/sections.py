@@ -244,7 +244,11 @@ class TrainerClosedLoopEvalSection:
     seed: int = key(1000, "seed of the first episode (collect's demos use 0..)", min=0)
     num_envs: int = key(1, "simulator processes of one evaluation", min=1)
     device: EvaluationDevice = key(
-        "cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device")
+        "cpu", "device of the evaluation's policy server: cpu, or auto/cuda/npu for the run's kind of device (a "
+        "device no training process on the node uses: the first free one, or device_id)")
+    device_id: int | None = key(None, "with device auto/cuda/npu: the device (its number in npu-smi / nvidia-smi) "
+                                "the evaluation's server alone sees; one no training process on this node uses",
+                                min=0)
     threads: int = key(1, "OMP_NUM_THREADS of the side process (its server and simulators)", min=1, max=256,
                        why="OpenMP threads beyond a node's cores only contend with training")
     python: str | None = key(None, "Python of the simulator environment (default: this checkout's "
@@ -309,6 +313,10 @@ class TrainerSection:
                                                  "throughout)", aliases={"false": "no", "fp32": "no"})
     collective_timeout_s: int = key(600, "seconds a collective waits for the other ranks before the run fails", min=1,
                                     max=MAX_TIMEOUT_S, why=TIMEOUT_WHY)
+    one_rank_timeout_s: int = key(7200, "seconds the other ranks wait, on a CPU (gloo) group, for work one rank or "
+                                  "one per node does alone: the dataset index, the prompt store's share, writing a "
+                                  "checkpoint (device collectives keep collective_timeout_s)", min=1,
+                                  max=MAX_TIMEOUT_S, why=TIMEOUT_WHY)
     stall_timeout_s: int = key(300, "a rank silent for this long (stopped, dead, cut off) ends the run with exit "
                                "status 76 on every other rank (0 = off; keep it below collective_timeout_s)", min=0,
                                max=MAX_TIMEOUT_S, why=TIMEOUT_WHY)
@@ -318,6 +326,9 @@ class TrainerSection:
     enable_gradient_checkpointing: bool = key(False, "recompute each Cosmos transformer block and action DiT block in "
                                               "the backward pass instead of keeping its activations (less memory, "
                                               "about one more forward of compute)")
+    text_encoder_gradient_checkpointing: bool = key(
+        False, "when the text encoder trains (not in freeze_modules): recompute its layers in the backward pass, "
+        "keeping each layer's output only (transformers' gradient_checkpointing_enable)")
     ignore_resource_check: bool = key(False, "start even when the memory estimate exceeds what this machine has "
                                       "(experts: the estimate is conservative)")
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)

@@ -27,11 +27,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT import memory_plan
+from DiT4DiT import memory_plan, npu_topology
 from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
-from DiT4DiT.doctor import npu_network
-from DiT4DiT.launch import host_kind, npu_topology, preflight
+from DiT4DiT.doctor import hccl_ports, npu_network, time_plan
+from DiT4DiT.launch import host_kind, preflight
 from DiT4DiT.host_memory import HostNeed, read_meminfo
 from DiT4DiT.memory_estimate import mixture_views
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
@@ -417,6 +417,24 @@ class Doctor:
         shown = [f"{v}={self.env[v]}" for v in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_EVENT_TIMEOUT") if v in self.env]
         return Check(name, "PASS", ", ".join(shown) or "HCCL timeouts at CANN defaults (scripts/train_8p.sh raises the connect timeout)")
 
+    def check_hccl_ports(self) -> Check:
+        name = "hccl_ports"
+        if skip := self.skip_without_npu(name):
+            return skip
+        return Check(name, *hccl_ports.port_check(self.env))
+
+    def check_time_plan(self) -> Check:
+        name = "time_plan"
+        if self.cfg is None or self.base_model_problems:
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        framework, trainer, data = self.sections()
+        try:
+            line = time_plan.plan_line(self.base_model, framework, trainer, data,
+                                       mixture_views(data.data_mix, data.data_config), self.args.assumed_mfu)
+        except (KeyError, TypeError, ValueError, OSError) as err:  # a snapshot whose configs lack what is counted
+            return Check(name, "SKIP", f"no FLOP count: {type(err).__name__}: {err} in {self.base_model}'s configs")
+        return Check(name, "PASS", line)
+
     def check_config(self) -> Check:
         if self.cfg is None:
             return Check("config", "FAIL", self.cfg_error, "pass --config_yaml FILE")
@@ -437,8 +455,7 @@ class Doctor:
         free_gib = self.args.device_memory_gib
         if free_gib is None:
             free_gib = memory_plan.device_free_gib(kind, self.topo)
-        zero_stage = memory_plan.launch_zero_stage(self.args.launch_config)
-        run = memory_plan.Run(self.num_processes, self.num_machines, zero_stage)
+        run = memory_plan.launch_run(self.args.launch_config, self.num_processes, self.num_machines)
         try:
             result = memory_plan.plan(self.base_model, framework, trainer, data, run, views, free_gib or 0.0, kind)
         except (KeyError, TypeError, ValueError) as err:  # a snapshot whose configs lack the sizes the estimate reads
@@ -448,7 +465,7 @@ class Doctor:
             return Check(name, "SKIP", "base model has no *.safetensors to count parameters from")
         est = result.current
         need = (f"need ~{est.total_gib:.1f} GiB/device (weights+optimizer {est.static_gib:.1f}, activations "
-                f"{est.activation_gib:.1f} at batch {data.per_device_batch_size}, ZeRO-{zero_stage}, "
+                f"{est.activation_gib:.1f} at batch {data.per_device_batch_size}, ZeRO-{run.zero_stage}, "
                 f"{run.processes} process(es))")
         if free_gib is None:
             return Check(name, "SKIP", need + "; no device memory to compare with (pass --device_memory_gib GIB)")
@@ -507,9 +524,9 @@ class Doctor:
     def run(self) -> list[Check]:
         return [self.check_python(), self.check_nodes(), self.check_devices(), self.check_npu_processes(), self.check_soc(),
                 self.check_cann(), self.check_cann_python(), self.check_versions(), self.check_libraries(), self.check_mx_driving(), self.check_hccl(),
-                self.check_npu_network(),
-                self.check_config(), self.check_base_model(), self.check_memory(), self.check_prompt_store(),
-                self.check_host_memory()]
+                self.check_hccl_ports(), self.check_npu_network(),
+                self.check_config(), self.check_base_model(), self.check_memory(), self.check_time_plan(),
+                self.check_prompt_store(), self.check_host_memory()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -523,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="free memory per device to plan for (default: npu-smi's free HBM, or nvidia-smi's)")
     parser.add_argument("--launch_config", default=memory_plan.ZERO2_LAUNCH_CONFIG,
                         help="accelerate config the run will use, for its ZeRO stage (default: %(default)s)")
+    parser.add_argument("--assumed_mfu", type=float, default=time_plan.ASSUMED_MFU,
+                        help="MFU the time plan projects with (default %(default)s; bench/device_check.py measures one)")
     args = parser.parse_args(argv)
+    if not 0 < args.assumed_mfu <= 1:
+        parser.error(f"--assumed_mfu {args.assumed_mfu}: give a fraction in (0, 1]")
     if args.num_processes is not None and args.num_processes < 1:
         parser.error("--num_processes must be at least 1")
     if args.num_machines < 1:

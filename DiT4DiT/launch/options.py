@@ -14,7 +14,7 @@ from pathlib import Path
 
 from DiT4DiT.errors import UsageError
 from DiT4DiT.launch.host_kind import KINDS
-from DiT4DiT.launch.npu_topology import SOCS
+from DiT4DiT.npu_topology import SOCS
 
 PROG = "scripts/train_8p.sh"
 # Short name -> trainer config key.

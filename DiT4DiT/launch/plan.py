@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from DiT4DiT.facts import DETERMINISTIC_ENV, REPO, in_repo
-from DiT4DiT.launch import environment, host_kind, network, npu_topology, preflight, values
+from DiT4DiT import npu_topology
+from DiT4DiT.launch import environment, host_kind, network, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
@@ -213,7 +214,7 @@ def _ascend(plan: Plan, facts: Facts, entry: Path, zero_copy: str | None) -> Non
         env.force("LD_LIBRARY_PATH", ":".join(libs), "this Python's torch/lib and torch_npu/lib first", prepend=True)
     if problem := preflight.patch_problem(entry):
         plan.problems.append(problem)
-    mode = facts.env.get("DIT4DIT_MX_PATCHER", "lean")
+    mode = facts.env.get("DIT4DIT_MX_PATCHER", "default")
     if mode not in preflight.MX_PATCHER_MODES:
         plan.problems.append(f"DIT4DIT_MX_PATCHER={mode}: expected lean, default or off")
 

@@ -112,7 +112,7 @@ def memory_plan_lines(config_yaml: Path, forwarded: list[str], base_model: str, 
     typed = section(load_config(str(config_yaml), normalize_cli_overrides(forwarded)), ConfigSections)
     data = typed.datasets.vla_data
     views = mixture_views(data.data_mix, data.data_config)
-    run = memory_plan.Run(per_node, machines, memory_plan.launch_zero_stage(launch_config))
+    run = memory_plan.launch_run(launch_config, per_node, machines)
     result = memory_plan.plan(Path(base_model), typed.framework, typed.trainer, data, run, views, free_gib, kind)
     if result is None:
         return [], True

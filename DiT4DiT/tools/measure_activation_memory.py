@@ -3,6 +3,7 @@ DiT4DiT/memory_estimate.py holds (MEASURED).
 
     python -m DiT4DiT.tools.measure_activation_memory              # real width: ~2 min on 2 cores, 2.3 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
+    python -m DiT4DiT.tools.measure_activation_memory --parts text_encoder,vae_with_grad   # only those rows
 
 Real components with random weights in bf16, run under bf16 autocast as training runs them:
 - Cosmos transformer blocks at the Cosmos-Predict2.5-2B layout (16 heads x 128 = 2048, MLP 4x, AdaLN-LoRA 256,
@@ -13,6 +14,12 @@ Real components with random weights in bf16, run under bf16 autocast as training
 - The action DiT (the robotwin head: DiT-B, 16 layers, features 2048 wide), bf16 weights as DeepSpeed's bf16
   casts them, dropout 0.2 as the original's configs, in training mode.
 - The Wan2.1 VAE encoding 5 frames, and the feature pass (no grad): the peak bytes of the tensors they hold at once.
+- What the configs that train everything add (trainer.freeze_modules ''): the text encoder run with grad every step
+  (a Qwen2.5-VL language model at the real width, hidden 3584, MLP 18944, 28 heads / 4 KV heads, built from its
+  config with 1 and 2 layers, random bf16 weights, through `embed_token_ids` as the backbone calls it), per token per
+  layer, fitted over two MLP widths so that a thin encoder's figure follows its own width; plain and with its layers
+  checkpointed. And the VAE encode with grad (what autograd keeps of it), per pixel, for the conditioning frame
+  (what `encode_condition` runs) and a 5-frame clip.
 
 Two counters, both independent of any allocator:
 - saved for backward: torch.autograd.graph.saved_tensors_hooks sees every tensor autograd keeps; each storage
@@ -262,11 +269,7 @@ def action_head_figures(checkpointing: bool) -> dict[str, float]:
 def vae_encode_peak() -> tuple[int, dict[str, float]]:
     """(the VAE's base width, peak bytes held at once per pixel (of one frame, all views side by side) by the
     Wan2.1 VAE encoding one sample's 5 frames, and its conditioning frame, with no grad)."""
-    from diffusers import AutoencoderKLWan
-
-    torch.manual_seed(0)
-    with built_in_bf16():
-        vae = AutoencoderKLWan().eval()  # the class defaults are the Wan2.1 VAE
+    vae = wan_vae()
     figures = {}
     for name, frames in (("video_5_frames", 5), ("condition_frame", 1)):
         per_pixel = []
@@ -280,21 +283,150 @@ def vae_encode_peak() -> tuple[int, dict[str, float]]:
     return vae.config.base_dim, figures
 
 
-def measure_all(heads: int) -> dict:
+def vae_encode_saved() -> tuple[int, dict[str, float]]:
+    """(the VAE's base width, bytes autograd keeps per pixel (of one frame, all views side by side) when the Wan2.1
+    VAE encodes, with its weights trained, a sample's conditioning frame (as encode_condition does: the posterior
+    sampled) and a 5-frame clip); the larger of two widths."""
+    vae = wan_vae()
+    figures = {}
+    for name, frames in (("condition_frame", 1), ("video_5_frames", 5)):
+        per_pixel = []
+        for wide in (224, 448):
+            per_pixel.append(vae_saved_bytes(vae, 1, frames, 224, wide) / (224 * wide))
+        figures[name] = round(max(per_pixel), 1)
+    return vae.config.base_dim, figures
+
+
+def wan_vae(**config) -> torch.nn.Module:
+    """The Wan2.1 VAE (the class defaults; `config` overrides them), random bf16 weights."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(0)
+    with built_in_bf16():
+        return AutoencoderKLWan(**config).eval()
+
+
+def vae_saved_bytes(vae, batch: int, frames: int, high: int, wide: int) -> int:
+    """Bytes saved for backward by encoding `batch` clips of `frames` frames of high x wide with the VAE's weights
+    trained (bf16 autocast), the posterior sampled."""
+    video = torch.rand(batch, 3, frames, high, wide, dtype=torch.bfloat16) * 2 - 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        saved, _ = saved_for_backward_bytes(lambda: vae.encode(video).latent_dist.sample(), exclude=vae.parameters())
+    progress(f"VAE encode with grad, {batch} x {frames} frame(s) of {high} x {wide}: {saved / 2**20:.1f} MiB saved")
+    return saved
+
+
+# The text encoder of the real snapshot (Cosmos-Reason1-7B's language model), the layout the rows are measured at.
+TEXT_ENCODER_WIDTHS = {"hidden": 3584, "intermediate": 18944, "heads": 28, "kv_heads": 4}
+THIN_INTERMEDIATE = 256  # the second MLP width of the fit (the thin snapshot's)
+TEXT_TOKENS_FIT = (512, 256, 128)
+
+
+def qwen_text_encoder(layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int) -> torch.nn.Module:
+    """A Qwen2.5-VL text encoder built from its config: `layers` layers of the given widths (heads of 128 as the
+    real one's), a small vocabulary and vision tower (prompts carry no image), random bf16 weights, in training
+    mode; as the pipeline loads it (attention through SDPA)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from DiT4DiT.cosmos_2b import TEXT_CONFIG, VISION_CONFIG
+    from DiT4DiT.tools.full_size_cosmos import THIN_VISION
+
+    text = {**TEXT_CONFIG, "vocab_size": 1024, "hidden_size": hidden, "intermediate_size": intermediate,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    config = Qwen2_5_VLConfig(text_config=text, vision_config={**VISION_CONFIG, **THIN_VISION, "out_hidden_size": hidden})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with built_in_bf16():
+        return Qwen2_5_VLForConditionalGeneration(config).train()
+
+
+def text_encoder_saved_bytes(encoder, batch: int, tokens: int, checkpointing: bool) -> int:
+    """Bytes saved for backward by embedding `batch` prompts of `tokens` tokens with the encoder trained (bf16
+    autocast), through the backbone's embed_token_ids; `checkpointing`: its layers checkpointed."""
+    from DiT4DiT.model.modules.prompt_encoding import checkpoint_text_encoder_layers, embed_token_ids
+
+    if checkpointing:
+        checkpoint_text_encoder_layers(encoder)
+    else:
+        encoder.gradient_checkpointing_disable()
+    ids = torch.randint(0, encoder.config.text_config.vocab_size, (batch, tokens))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        saved, _ = saved_for_backward_bytes(lambda: embed_token_ids(encoder, ids), exclude=encoder.parameters())
+    text = encoder.config.text_config
+    progress(f"text encoder, {text.num_hidden_layers} layer(s) of {text.hidden_size} (MLP {text.intermediate_size}), "
+             f"batch {batch}, {tokens} tokens, checkpointing {checkpointing}: {saved / 2**20:.1f} MiB saved")
+    return saved
+
+
+def token_fit(values: dict, heads: int) -> dict[str, float]:
+    """bytes = batch * (per_token * S + per_head_per_token_squared * heads * S^2 + per_sample) + per_pass, from
+    {(batch, S): bytes} at S = TEXT_TOKENS_FIT (batch 1) and (2, the middle S). The S^2 term is the CPU's: it runs
+    grouped-query attention (enable_gqa) by the math path, which keeps the (B, heads, S, S) softmax; the NPU's
+    fused attention and CUDA's flash kernel keep (B, heads, S) statistics."""
+    long, middle, short = TEXT_TOKENS_FIT
+    y1, y2, y3 = (values[1, s] for s in TEXT_TOKENS_FIT)
+    # y = a S^2 + b S + c through the three points (divided differences).
+    slope_high, slope_low = (y1 - y2) / (long - middle), (y2 - y3) / (middle - short)
+    a = (slope_high - slope_low) / (long - short)
+    b = slope_high - a * (long + middle)
+    one_sample = values[2, middle] - values[1, middle]
+    per_sample = one_sample - a * middle**2 - b * middle
+    return {"per_token": b, "per_head_per_token_squared_cpu": a / heads, "per_sample": per_sample,
+            "per_pass": values[1, middle] - one_sample}
+
+
+def text_encoder_figures(checkpointing: bool, widths: dict = TEXT_ENCODER_WIDTHS) -> dict[str, dict[str, float]]:
+    """{'layer': bytes per layer, 'outside': the rest (embedding, last norm)}, each as token_fit's line, the layer's
+    per_token split into per_token + per_token_per_mlp_unit * intermediate. Per layer = (2 layers) - (1 layer); the
+    MLP term from the real MLP width against the thin one (at the longest prompt)."""
+    long, middle, _ = TEXT_TOKENS_FIT
+    full, thin = widths["intermediate"], THIN_INTERMEDIATE
+    points = {}  # (layers, intermediate) -> {(batch, tokens): bytes}
+    for intermediate in (full, thin):
+        shapes = ([(1, s) for s in TEXT_TOKENS_FIT] + [(2, middle)]) if intermediate == full else [(1, long)]
+        for layers in (1, 2):
+            encoder = qwen_text_encoder(layers, widths["hidden"], intermediate, widths["heads"], widths["kv_heads"])
+            points[layers, intermediate] = {shape: text_encoder_saved_bytes(encoder, *shape, checkpointing)
+                                            for shape in shapes}
+            del encoder
+    one, two = points[1, full], points[2, full]
+    layer = token_fit({shape: two[shape] - one[shape] for shape in one}, widths["heads"])
+    outside = token_fit({shape: 2 * one[shape] - two[shape] for shape in one}, widths["heads"])
+    thin_layer = points[2, thin][1, long] - points[1, thin][1, long]
+    per_mlp_unit = ((two[1, long] - one[1, long]) - thin_layer) / (long * (full - thin))
+    layer = {**layer, "per_token": layer["per_token"] - per_mlp_unit * full, "per_token_per_mlp_unit": per_mlp_unit}
+    return {"layer": layer, "outside": outside}
+
+
+PARTS = ("cosmos", "action_head", "vae", "text_encoder", "vae_with_grad")
+
+
+def measure_all(heads: int, parts: tuple[str, ...] = PARTS) -> dict:
     """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
-    MEASURED in DiT4DiT/memory_estimate.py holds it."""
-    transformer = cosmos_transformer(heads)
-    table = {"hidden": heads * 128, "text_projection_in": transformer.config.crossattn_proj_in_channels}
-    for name, checkpointing in (("video_pass", False), ("video_pass_checkpointed", True)):
-        for part, line in cosmos_block_figures(transformer, checkpointing).items():
-            table[f"{name}_{part}"] = rounded(vars(line))
-    table["video_pass_frozen_block"] = rounded(vars(cosmos_block_figures(transformer, False, frozen=True)["block"]))
-    transformer.disable_gradient_checkpointing()
-    table["feature_pass_peak"] = rounded(vars(feature_pass_peak(transformer)))
-    del transformer
-    for name, checkpointing in (("action_head", False), ("action_head_checkpointed", True)):
-        table[name] = rounded(action_head_figures(checkpointing))
-    table["vae_base_dim"], table["vae_encode_peak_per_pixel"] = vae_encode_peak()
+    MEASURED in DiT4DiT/memory_estimate.py holds it; `parts`: the rows to measure (the others are left out)."""
+    table = {}
+    if "cosmos" in parts:
+        transformer = cosmos_transformer(heads)
+        table.update(hidden=heads * 128, text_projection_in=transformer.config.crossattn_proj_in_channels)
+        for name, checkpointing in (("video_pass", False), ("video_pass_checkpointed", True)):
+            for part, line in cosmos_block_figures(transformer, checkpointing).items():
+                table[f"{name}_{part}"] = rounded(vars(line))
+        table["video_pass_frozen_block"] = rounded(vars(cosmos_block_figures(transformer, False, frozen=True)["block"]))
+        transformer.disable_gradient_checkpointing()
+        table["feature_pass_peak"] = rounded(vars(feature_pass_peak(transformer)))
+        del transformer
+    if "action_head" in parts:
+        for name, checkpointing in (("action_head", False), ("action_head_checkpointed", True)):
+            table[name] = rounded(action_head_figures(checkpointing))
+    if "vae" in parts:
+        table["vae_base_dim"], table["vae_encode_peak_per_pixel"] = vae_encode_peak()
+    if "vae_with_grad" in parts:
+        table["vae_base_dim"], table["vae_encode_saved_per_pixel"] = vae_encode_saved()
+    if "text_encoder" in parts:
+        table["text_encoder_hidden"] = TEXT_ENCODER_WIDTHS["hidden"]
+        for name, checkpointing in (("text_encoder", False), ("text_encoder_checkpointed", True)):
+            figures = text_encoder_figures(checkpointing)
+            table[f"{name}_layer"], table[f"{name}_outside"] = (rounded(figures[key]) for key in ("layer", "outside"))
     return table
 
 
@@ -307,10 +439,15 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=COSMOS_2B_TRANSFORMER_CONFIG["num_attention_heads"],
                         help="attention heads of 128 (16: the real 2048 width)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"rows to measure, of {', '.join(PARTS)} (default all)")
     args = parser.parse_args()
+    parts = tuple(part for part in args.parts.split(",") if part)
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"--parts {args.parts}: {', '.join(unknown)} is not one of {', '.join(PARTS)}")
     torch.set_num_threads(args.threads)
     start = time.monotonic()
-    table = measure_all(args.heads)
+    table = measure_all(args.heads, parts)
     print(json.dumps(table, indent=1))
     print(f"# bytes per sample; measured in {time.monotonic() - start:.0f} s")
 

@@ -44,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 from DiT4DiT import atomic_files
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.errors import DiT4DiTError, TrainingError
+from DiT4DiT.training.host_waits import HostWaits
 from DiT4DiT.training.unwrap import full_state_dict
 
 log = logging.getLogger(__name__)
@@ -94,11 +95,14 @@ class Checkpointer:
     """Saves, finds, verifies and restores this run's training states, and writes its final model.
 
     Collective where noted: every rank calls those together. `left_out` are the module paths checkpoints
-    leave out (frozen modules, which reload from the base snapshot).
+    leave out (frozen modules, which reload from the base snapshot); `waits`: where the ranks wait while the main
+    process writes (host_waits.py: on the host, with its own timeout).
     """
 
-    def __init__(self, accelerator: Accelerator, run_dir: Path, left_out: list[str], keep_last: int):
+    def __init__(self, accelerator: Accelerator, run_dir: Path, left_out: list[str], keep_last: int,
+                 waits: HostWaits):
         self.accelerator, self.run_dir, self.left_out, self.keep_last = accelerator, run_dir, left_out, keep_last
+        self.waits = waits
         self.checkpoints_dir = run_dir / "checkpoints"
         self.deepspeed = accelerator.distributed_type == DistributedType.DEEPSPEED
 
@@ -170,7 +174,7 @@ class Checkpointer:
             save_weights(weights_to_save(state_dict, self.left_out), weights)
             append_summary(self.run_dir, step)
             discard_partial(staging)
-        accelerator.wait_for_everyone()
+        self.waits.barrier()  # the main process may write for longer than a device collective waits
         main_only = {"scheduler": scheduler if is_main else None}
         if self.deepspeed:
             space_checked(staging, lambda: model.save_checkpoint(str(staging), tag=DEEPSPEED_TAG,
@@ -180,7 +184,7 @@ class Checkpointer:
         save_rank_state(staging, accelerator.process_index, accelerator.device, **main_only)
         if is_main and (self.run_dir / CONFIG).is_file():  # a copy to restore config.yaml from (in the manifest)
             shutil.copyfile(self.run_dir / CONFIG, staging / CONFIG)
-        accelerator.wait_for_everyone()
+        self.waits.barrier()
         # Every rank hashes a share of the files (the list comes from the main process, so all hash the same list).
         names = broadcast_object_list([manifest_names(staging, weights) if is_main else None])[0]
         shares = gather_object([manifest_share(staging, names, accelerator.process_index, accelerator.num_processes)])
@@ -189,7 +193,7 @@ class Checkpointer:
                              MANIFEST: {name: digest for share in shares for name, digest in share.items()}}
             trainer_state[OWN_DIGEST] = own_digest(trainer_state)
             publish_state(checkpoints_dir, step, trainer_state, keep_last=self.keep_last)
-        accelerator.wait_for_everyone()
+        self.waits.barrier()
         return self.state_dir(step)
 
     def save_final(self, model) -> Path:
@@ -198,6 +202,7 @@ class Checkpointer:
         state_dict = full_state_dict(self.accelerator, model)  # every rank: ZeRO-3 gathers the shards here
         if self.accelerator.is_main_process:
             save_weights(weights_to_save(state_dict, self.left_out), path)
+        self.waits.barrier()  # before the next device collective (the replica comparison)
         return path
 
 

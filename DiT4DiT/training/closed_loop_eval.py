@@ -34,10 +34,11 @@ import sys
 import time
 from pathlib import Path
 
-from DiT4DiT import process_lifetime
+from DiT4DiT import npu_topology, process_lifetime
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import TrainerClosedLoopEvalSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError, run_main
+from DiT4DiT.memory_plan import nvidia_free_mib
 
 log = logging.getLogger("dit4dit.closed_loop")
 
@@ -68,6 +69,7 @@ def check_config(trainer: TrainerSection) -> None:
         raise ConfigError(f"trainer.closed_loop_eval.interval={settings.interval} is not a multiple of "
                           f"trainer.save_interval={trainer.save_interval}: it evaluates the checkpoint saved at its "
                           "step; make it a multiple")
+    side_process_devices(settings, local_processes())  # ConfigError when its server would land on a training die
     python = simulator_python(settings)
     if not python.is_file():
         raise ConfigError(f"trainer.closed_loop_eval.python: '{python}' does not exist; build the simulator's "
@@ -91,6 +93,82 @@ def scene_option_names(parser: argparse.ArgumentParser) -> list[str]:
     return [name for action in parser._actions for name in action.option_strings]
 
 
+# -- where the side process runs: a device no training process uses, and every core ----------------------------
+
+VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
+DEVICE_NAMES = {"npu": "NPU die", "cuda": "GPU"}
+
+
+def local_processes() -> int:
+    """Training processes on this node (torchrun / accelerate launch set LOCAL_WORLD_SIZE; 1 without them)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def host_devices(kind: str) -> tuple[int, list[int]] | None:
+    """(devices of `kind` on this host, the ones training sees in the order ranks take them), or None without any:
+    npu-smi's dies after ASCEND_RT_VISIBLE_DEVICES, nvidia-smi's GPUs after CUDA_VISIBLE_DEVICES."""
+    if kind == "npu":
+        topo = npu_topology.read_topology()
+        if topo is None:
+            return None
+        count = len(topo.chips)
+        return count, npu_topology.visible_ids(count, os.environ.get(VISIBLE_DEVICES["npu"]))
+    count = len(nvidia_free_mib())
+    if not count:
+        return None
+    listed = os.environ.get(VISIBLE_DEVICES["cuda"])
+    if listed is None:
+        return count, list(range(count))
+    ids = []
+    for token in listed.split(","):  # CUDA stops at the first id it cannot use
+        if not token.strip().isdigit() or int(token) >= count:
+            break
+        ids.append(int(token))
+    return count, ids
+
+
+def side_process_devices(settings: TrainerClosedLoopEvalSection, processes: int) -> dict[str, str]:
+    """The environment that gives the evaluation's server one device no training process on this node uses
+    (ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES: it then sees only that one, as device 0): device_id when
+    named, else the first visible device past the `processes` training takes. {} for device cpu or a host without
+    such a device (the server runs on the CPU). ConfigError, one line, when the named device trains or does not
+    exist, or when training takes every visible device and none is named: rank 0's device already holds its
+    training state, so sharing it runs one of the two out of memory, or makes every rank wait for it."""
+    if settings.device == "cpu":
+        return {}
+    kinds = ("npu", "cuda") if settings.device == "auto" else (settings.device,)
+    found = next(((kind, devices) for kind in kinds if (devices := host_devices(kind)) is not None), None)
+    if found is None:
+        return {}
+    kind, (count, visible) = found
+    training, name, variable = visible[:processes], DEVICE_NAMES[kind], VISIBLE_DEVICES[kind]
+    key = f"trainer.closed_loop_eval.device={settings.device}"
+    if settings.device_id is not None:
+        if settings.device_id >= count:
+            raise ConfigError(f"trainer.closed_loop_eval.device_id={settings.device_id}: this host has {count} "
+                              f"{name}s (0-{count - 1}); name one that no training process uses")
+        if settings.device_id in training:
+            raise ConfigError(f"trainer.closed_loop_eval.device_id={settings.device_id}: training process "
+                              f"{training.index(settings.device_id)} of this node uses that {name}; name one it does "
+                              f"not (hide it from training with {variable}), or set trainer.closed_loop_eval.device=cpu")
+        return {variable: str(settings.device_id)}
+    free = visible[processes:]
+    if not free:
+        raise ConfigError(f"{key}: the {processes} training processes on this node use all {len(visible)} visible "
+                          f"{name}s, so the evaluation's policy server would share {name} {training[0]} with rank 0; "
+                          f"set trainer.closed_loop_eval.device_id to a free {name} (hidden from training with "
+                          f"{variable}), or trainer.closed_loop_eval.device=cpu")
+    return {variable: str(free[0])}
+
+
+def use_every_core() -> str:
+    """The side process's CPU affinity set to the whole machine, for it and what it starts (an NPU trainer's rank 0
+    may be bound to its share of the cores, CPU_AFFINITY_CONF, and a child inherits the binding); a line saying so."""
+    before = len(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    return f"CPU affinity: {len(os.sched_getaffinity(0))} cores (was {before})"
+
+
 def due(step: int, interval: int, last: int) -> bool:
     return step % interval == 0 or step == last
 
@@ -99,11 +177,12 @@ class ClosedLoopEvaluator:
     """The trainer's side: one side process at a time, its result logged when it ends (main process only)."""
 
     def __init__(self, settings: TrainerClosedLoopEvalSection, run_dir: Path, last_step: int, record,
-                 wait_limit_s: float):
+                 wait_limit_s: float, devices: dict[str, str] | None = None):
         """`record(dict)` writes a result tagged with its step (MetricsLogger.log_evaluation); at the end the main
-        process waits at most `wait_limit_s`, as the other ranks wait for it at the closing barrier."""
+        process waits at most `wait_limit_s`, as the other ranks wait for it at the closing barrier; `devices`: the
+        side process's device variables (side_process_devices)."""
         self.settings, self.run_dir, self.last_step, self.record = settings, run_dir, last_step, record
-        self.wait_limit_s = wait_limit_s
+        self.wait_limit_s, self.devices = wait_limit_s, devices or {}
         self.running: tuple[int, subprocess.Popen, Path, float] | None = None  # step, process, out, start time
 
     def step(self, done: int) -> None:
@@ -130,7 +209,7 @@ class ClosedLoopEvaluator:
                    str(s.num_envs), "--device", s.device, "--python", str(simulator_python(s)),
                    "--owner_pid", str(os.getpid()), "--", *shlex.split(s.evaluate_options or "")]
         env = dict(os.environ, OMP_NUM_THREADS=str(s.threads), PYTHONPATH=os.pathsep.join(
-            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **self.devices)
         with (out / "side_process.log").open("w") as output:
             # A session of its own: cancelling stops the server and the simulators with it.
             process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
@@ -234,7 +313,8 @@ def evaluator(trainer: TrainerSection, run_dir: Path, logger) -> ClosedLoopEvalu
     if not settings.interval:
         return None
     return ClosedLoopEvaluator(settings, run_dir, trainer.max_train_steps, logger.log_evaluation,
-                               wait_limit_s=0.8 * trainer.collective_timeout_s)
+                               wait_limit_s=0.8 * trainer.collective_timeout_s,
+                               devices=side_process_devices(settings, local_processes()))
 
 
 # -- the side process -------------------------------------------------------------------------------------------
@@ -274,6 +354,8 @@ def stop_child(process: subprocess.Popen, grace_s: float = 60.0) -> None:
 def side_process(args: argparse.Namespace, evaluate_options: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    seen = ", ".join(f"{v}={os.environ[v]}" for v in VISIBLE_DEVICES.values() if v in os.environ) or "as inherited"
+    log.info("closed-loop side process: devices %s; %s", seen, use_every_core())
     server, port = start_server(Path(args.ckpt), args.device, out, args.owner_pid)
     # SIGTERM (a cancel) reaches the whole session; stopping here too lets the server go first.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -32,10 +32,13 @@ from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed_modules
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
+from DiT4DiT.model.modules.prompt_encoding import checkpoint_text_encoder_layers
+from DiT4DiT.model.modules.prompt_store import Ranks
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.checkpoint import Checkpointer, Resume, load_weights, original_server_note, save_config
+from DiT4DiT.training.host_waits import HostWaits
 from DiT4DiT.training.metrics import DeviceWindow, MetricsLogger, WandbRun, plot_loss_curve, trim_metrics
 from DiT4DiT.training.optim import build_lr_scheduler
 from DiT4DiT.training.sampler import ResumableBatchOrder, iterate_batches
@@ -78,11 +81,17 @@ def build_accelerator(trainer: TrainerSection, training: str, per_device_batch_s
 def use_deterministic_kernels() -> None:
     """trainer.deterministic: torch's deterministic kernels (torch_npu turns on its deterministic mode with the
     same call), and the collectives' and cuBLAS's variables where the launcher did not export them, set before
-    the process group starts HCCL/NCCL. An op without a deterministic kernel raises, naming itself."""
+    the process group starts HCCL/NCCL. On the CPU and CUDA an op without a deterministic kernel raises, naming
+    itself; torch_npu's ops never raise (docs/long-runs.md says what NPU determinism covers).
+
+    Uninitialised memory is not filled: with the flag on torch would NaN-fill every torch.empty (on an NPU host
+    every host one too, pinned batch buffers included, torch_npu's EmptyTensor.cpp), and our code overwrites each
+    buffer it allocates before reading it."""
     for variables in DETERMINISTIC_ENV.values():
         for name, value in variables.items():
             os.environ.setdefault(name, value)
     torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
     log.info("deterministic kernels on (trainer.deterministic): torch.use_deterministic_algorithms(True), %s",
              ", ".join(f"{n}={os.environ[n]}" for variables in DETERMINISTIC_ENV.values() for n in variables))
 
@@ -113,7 +122,10 @@ class Trainer:
         self.cfg, self.typed, self.settings, self.accelerator = cfg, typed, settings, accelerator
         self.run_dir = Path(cfg.output_dir)
         rank, world = accelerator.process_index, accelerator.num_processes
-        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(settings), settings.keep_last_states)
+        # One-rank work (the index, the prompt store, checkpoint writes) is waited for on the host, not the device.
+        self.waits = HostWaits(timedelta(seconds=settings.one_rank_timeout_s))
+        self.checkpointer = Checkpointer(accelerator, self.run_dir, left_out_of_checkpoints(settings),
+                                         settings.keep_last_states, self.waits)
         resume = self.checkpointer.find(settings.resume_weights_only) if settings.is_resume else None
         if resume:
             resumption.check_config_unchanged(cfg, self.run_dir, resume, world)
@@ -123,7 +135,7 @@ class Trainer:
         # Data: the same initial weights on every rank (per-rank randomness is seeded in prepare). Both splits
         # from one pass; one process per node indexes while the others wait, then read its cache.
         set_seed(cfg.seed)
-        with accelerator.local_main_process_first():
+        with self.waits.first(accelerator.is_local_main_process):
             datasets = build_vla_datasets(data_cfg, typed.framework.action_model.chunk_length, cfg.seed,
                                           ("train", "eval") if has_action_head(cfg) else ("train",))
         self.train_set, self.eval_set = datasets["train"], datasets.get("eval")
@@ -151,7 +163,7 @@ class Trainer:
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
         self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
-                                       accelerator)
+                                       Ranks.from_accelerator(accelerator, self.waits.all_sum))
         if resume and not resume.weights_only:
             self.checkpointer.restore(resume.state, self.model, self.optimizer, self.scheduler)
             log.info("resumed from %s at step %d", resume.state, self.start_step)
@@ -200,7 +212,7 @@ class Trainer:
             plot_loss_curve(self.run_dir)
             log.info("done: %s", self.run_dir)
             log.info(original_server_note(self.settings.save_full_state_dict, self.run_dir))
-        self.accelerator.wait_for_everyone()
+        self.waits.barrier()
 
     def steps(self) -> Iterator[tuple[int, list[list[dict]]]]:
         """(step, its gradient_accumulation_steps micro-batches) from the start step to the last; the wait for them
@@ -299,8 +311,11 @@ def prefixes(paths: list[str]) -> tuple[str, ...]:
 
 def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume | None,
                  deepspeed: bool) -> torch.nn.Module:
-    """The built framework with its frozen modules, warm-started or resumed."""
+    """The built framework with its frozen modules (and its text encoder's layers checkpointed when asked),
+    warm-started or resumed."""
     frozen = freeze_modules(model, trainer.freeze_modules)
+    if trainer.text_encoder_gradient_checkpointing:
+        checkpoint_text_encoder_layers(model.backbone_interface.extractor.text_encoder)
     if trainer.pretrained_checkpoint:
         load_pretrained(model, trainer.pretrained_checkpoint, trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state

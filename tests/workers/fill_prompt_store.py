@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 
 from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
+from DiT4DiT.training.host_waits import HostWaits
 from DiT4DiT.training.process_group import destroy_process_group
 
 INSTRUCTIONS = [f"task {i}: move object {i} to place {i % 3}" for i in range(9)]
@@ -33,7 +35,8 @@ def main() -> None:
     store_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
     accelerator = Accelerator()
     store = PromptStore(store_dir, "test-encoder", 16, torch.float32)
-    report = store.fill(INSTRUCTIONS, encode, Ranks.from_accelerator(accelerator), batch_size=2)
+    ranks = Ranks.from_accelerator(accelerator, HostWaits(timedelta(minutes=10)).all_sum)
+    report = store.fill(INSTRUCTIONS, encode, ranks, batch_size=2)
     out.mkdir(parents=True, exist_ok=True)
     record = {
         "rank": accelerator.process_index,

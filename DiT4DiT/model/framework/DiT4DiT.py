@@ -58,10 +58,11 @@ class DiT4DiT(nn.Module):
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
 
-    def prepare_prompts(self, instructions, accelerator=None):
-        """Once, after accelerator.prepare: every instruction into the prompt store (encoding split across ranks),
-        then the frozen text encoder is released; training never runs it again. Returns the store's FillReport."""
-        ranks = Ranks.from_accelerator(accelerator) if accelerator is not None else Ranks()
+    def prepare_prompts(self, instructions, ranks: Ranks | None = None):
+        """Once, after accelerator.prepare: every instruction into the prompt store (encoding split across `ranks`,
+        the training processes; one process without), then the frozen text encoder is released; training never runs
+        it again. Returns the store's FillReport."""
+        ranks = ranks or Ranks()
         # A full state dict includes the text encoder, so it is kept when checkpoints must hold it.
         release = not self.config.trainer.save_full_state_dict
         return self.backbone_interface.extractor.prepare_prompts(instructions, ranks, release_encoder=release)

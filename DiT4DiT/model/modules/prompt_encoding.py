@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.host_to_device import to_device
 
 SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an image generator."
@@ -40,9 +41,29 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_length: int) -> torch.Te
 def encode_prompts(text_encoder, tokenizer, prompts: list[str], max_length: int) -> torch.Tensor:
     """(B, max_length, layers * hidden) embeddings in the text encoder's dtype, on its device."""
     input_ids = to_device(tokenize_prompts(tokenizer, prompts, max_length), text_encoder.device)
-    hidden_states = text_encoder(input_ids, output_hidden_states=True).hidden_states
-    normalised = []
-    for layer in hidden_states[1:]:
-        layer = layer.float()
-        normalised.append((layer - layer.mean(dim=-1, keepdim=True)) / (layer.std(dim=-1, keepdim=True) + 1e-8))
+    return embed_token_ids(text_encoder, input_ids)
+
+
+def _normalised(layer: torch.Tensor) -> torch.Tensor:
+    layer = layer.float()
+    return (layer - layer.mean(dim=-1, keepdim=True)) / (layer.std(dim=-1, keepdim=True) + 1e-8)
+
+
+def embed_token_ids(text_encoder, input_ids: torch.Tensor) -> torch.Tensor:
+    """The embedding of (B, S) token ids: every layer's hidden states, normalised, side by side.
+
+    The language model alone runs (its `lm_head` would add vocabulary-wide logits that nothing reads), without a
+    KV cache. When the text encoder trains with its layers checkpointed (transformers' gradient_checkpointing_enable,
+    trainer.text_encoder_gradient_checkpointing), each layer's float32 normalisation is recomputed in the backward
+    too, so what the step keeps per layer is that layer's bf16 output, which is the next layer's checkpointed input.
+    """
+    hidden_states = text_encoder.model(input_ids=input_ids, output_hidden_states=True, use_cache=False).hidden_states
+    recompute = text_encoder.is_gradient_checkpointing and text_encoder.training and torch.is_grad_enabled()
+    normalised = [checkpointed(_normalised, layer) if recompute else _normalised(layer) for layer in hidden_states[1:]]
     return torch.cat(normalised, dim=-1).to(text_encoder.dtype)
+
+
+def checkpoint_text_encoder_layers(text_encoder) -> None:
+    """trainer.text_encoder_gradient_checkpointing: the text encoder's layers recompute their forward in the
+    backward (transformers' own switch, non-reentrant as ours), and embed_token_ids recomputes the normalisation."""
+    text_encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -56,11 +56,9 @@ class Ranks:
     all_sum: Callable[[int], int] = int
 
     @classmethod
-    def from_accelerator(cls, accelerator) -> "Ranks":
-        def all_sum(value: int) -> int:
-            local = torch.tensor([value], dtype=torch.int64, device=accelerator.device)
-            return int(accelerator.gather(local).sum())
-
+    def from_accelerator(cls, accelerator, all_sum: Callable[[int], int]) -> "Ranks":
+        """The accelerator's ranks; `all_sum` sums over them on the host (training/host_waits.py): a rank may be
+        encoding or writing its share of the store for longer than a device collective waits."""
         world = accelerator.num_processes
         return cls(
             rank=accelerator.process_index,

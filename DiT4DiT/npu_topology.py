@@ -1,7 +1,7 @@
 """What NPUs this host has: devices, A2 or A3, and HBM use, read from `npu-smi info`.
 
-Standard library only, so the launcher can call it before CANN is sourced (with torch_npu installed,
-`import torch` itself fails until then).
+Standard library only, so the launcher, the doctor and the trainer (which places its side processes) can call it
+before CANN is sourced (with torch_npu installed, `import torch` itself fails until then).
 
 `npu-smi info` prints a box-drawn table with one pair of rows per device: an NPU row
 `| <npu> <name> | <health> | <power> <temp> <hugepages> |` followed by a chip row
@@ -10,8 +10,8 @@ On an Atlas 800T A3 node every NPU (card) has two chips, and each chip is one to
 shows 16 devices; an A2 node shows one chip per NPU, 8 in all. The chip name cannot tell A2 from A3
 (a 910B3 sits in A2 servers), the chips-per-NPU count can; `--soc` / DIT4DIT_SOC overrides it.
 
-    python -m DiT4DiT.launch.npu_topology            # human-readable table
-    python -m DiT4DiT.launch.npu_topology --summary  # "<visible> <total> <soc>", e.g. "16 16 a3" or "0 0 none"
+    python -m DiT4DiT.npu_topology            # human-readable table
+    python -m DiT4DiT.npu_topology --summary  # "<visible> <total> <soc>", e.g. "16 16 a3" or "0 0 none"
 """
 
 from __future__ import annotations
