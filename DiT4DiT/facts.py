@@ -37,10 +37,13 @@ VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
 FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
 # Bytes per element of each framework.cosmos25.torch_dtype: the weights' and the stored prompt embeddings'.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# The backbone's VAE as trainer.freeze_modules names it (frozen: its outputs can be stored, the latent store).
+VAE_MODULE = "backbone_interface.extractor.vae"
 # The original's future losses that sample the future latents (future_num_inference_steps sampler steps from
 # noise, gradient through every step) and compare them with the ground truth's latents, or decode them and compare
 # frames (L1 / MSE in [0, 1]); the others are one flow-matching pass.
-SAMPLED_LOSS_TYPES = ("latent_mse", "pixel_l1", "pixel_mse")
+PIXEL_LOSS_TYPES = ("pixel_l1", "pixel_mse")  # these compare with the video's own pixels
+SAMPLED_LOSS_TYPES = ("latent_mse", *PIXEL_LOSS_TYPES)
 # The action DiT's size table: (attention heads, head width).
 DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}
 

@@ -15,7 +15,8 @@ from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
 from DiT4DiT.config.sections import FrameworkActionModelSection
 from DiT4DiT.config.typed import section
-from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, latent_frame_count, num_output_frames
+from DiT4DiT.facts import (FRAME_SIDE_MULTIPLE, PIXEL_LOSS_TYPES, VAE_MODULE, is_under, latent_frame_count,
+                           module_paths, num_output_frames)
 from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
@@ -64,6 +65,20 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
     return root / run_id
 
 
+def latent_cache_refusal(cfg: DictConfig) -> str | None:
+    """Why framework.cosmos25.latent_cache cannot hold this run's VAE outputs (one line), or None when it can. A
+    random image augmentation is the data's to say (DiT4DiT/dataloader/config_checks.py)."""
+    cosmos = cfg.framework.cosmos25
+    if not is_under(VAE_MODULE, module_paths(cfg.trainer.freeze_modules)):
+        return (f"framework.cosmos25.latent_cache needs a frozen VAE (a stored posterior carries no gradient): add "
+                f"{VAE_MODULE} to trainer.freeze_modules, or set latent_cache=false")
+    if cosmos.training != "action" and cosmos.future_loss_type in PIXEL_LOSS_TYPES:
+        return (f"framework.cosmos25.latent_cache: future_loss_type={cosmos.future_loss_type} compares decoded frames "
+                "with the video's pixels, which the store does not hold; use a latent loss (flow_matching, latent_mse) "
+                "or set latent_cache=false")
+    return None
+
+
 def check_rules(cfg: DictConfig) -> None:
     """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
@@ -97,6 +112,8 @@ def check_rules(cfg: DictConfig) -> None:
              f"datasets.vla_data.image_size={data.image_size}: Cosmos needs frame sides that are multiples of "
              f"{FRAME_SIDE_MULTIPLE}; use e.g. {max(FRAME_SIDE_MULTIPLE, data.image_size // FRAME_SIDE_MULTIPLE * FRAME_SIDE_MULTIPLE)}")
     _require(len(data.video_delta_indices) >= 1, "datasets.vla_data.video_delta_indices: give at least one frame offset")
+    refusal = latent_cache_refusal(cfg) if cosmos.latent_cache else None
+    _require(refusal is None, refusal)
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
              "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
              "own training state; unset one of them")

@@ -17,7 +17,7 @@ from pathlib import Path
 from DiT4DiT.config.schema import load_config
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkCosmos25Section
 from DiT4DiT.config.typed import section
-from DiT4DiT.dataloader.cache import prompt_store_root
+from DiT4DiT.dataloader.cache import store_root
 from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
@@ -59,7 +59,7 @@ def estimate(config_yaml: str, base_model: str) -> dict:
     cosmos = section(cfg.framework.cosmos25, FrameworkCosmos25Section)
     vla = section(cfg.datasets.vla_data, DatasetsVlaDataSection)
     instructions, datasets = unique_instructions(vla)
-    folder = prompt_store_root(cosmos.prompt_store_dir, vla.cache_dir)
+    folder = store_root("prompt", cosmos.prompt_store_dir, vla.cache_dir)
     each = embedding_bytes(cosmos, Path(base_model))
     return {
         "instructions": instructions,

@@ -151,6 +151,9 @@ class Trainer:
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
         self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
                                        accelerator)
+        # With framework.cosmos25.latent_cache: every clip's VAE posterior into the latent store (split across ranks);
+        # the samples then carry it in place of frames.
+        self.unwrapped.prepare_latents([d for d in (train_set, eval_set) if d is not None], accelerator)
         if resume and not resume.weights_only:
             self.checkpointer.restore(resume.state, self.model, self.optimizer, self.scheduler)
             log.info("resumed from %s at step %d", resume.state, self.start_step)
