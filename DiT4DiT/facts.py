@@ -68,6 +68,19 @@ def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACT
     return (num_frames - 1) // temporal_factor + 1
 
 
+AUTO = "auto"  # trainer.gradient_checkpointing_blocks: the fewest the memory plan needs on the device in use
+
+
+def checkpointed_block_count(blocks: str | None, enable_gradient_checkpointing: bool, layers: int) -> int:
+    """How many of the Cosmos transformer's `layers` blocks recompute their activations in the backward pass:
+    trainer.gradient_checkpointing_blocks (`blocks`, a count; null: all when trainer.enable_gradient_checkpointing,
+    else none). `auto` is resolved to a count before the model is built (the trainer, the memory plan); unresolved
+    it counts as all blocks, the least memory."""
+    if blocks is None:
+        return layers if enable_gradient_checkpointing else 0
+    return layers if blocks == AUTO else min(int(blocks), layers)
+
+
 def module_paths(text: str | None) -> list[str]:
     """Comma-separated dotted module paths (trainer.freeze_modules, trainer.reload_modules) as a list."""
     return [p.strip() for p in str(text or "").split(",") if p.strip()]

@@ -318,6 +318,10 @@ class TrainerSection:
     enable_gradient_checkpointing: bool = key(False, "recompute each Cosmos transformer block and action DiT block in "
                                               "the backward pass instead of keeping its activations (less memory, "
                                               "about one more forward of compute)")
+    gradient_checkpointing_blocks: str | None = key(
+        None, "recompute only the first N Cosmos transformer blocks (a count, or auto: the fewest the memory plan "
+        "needs on the device in use); null: all of them with enable_gradient_checkpointing, else none. The action "
+        "head follows enable_gradient_checkpointing")
     ignore_resource_check: bool = key(False, "start even when the memory estimate exceeds what this machine has "
                                       "(experts: the estimate is conservative)")
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)

@@ -15,7 +15,7 @@ from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
 from DiT4DiT.config.sections import FrameworkActionModelSection
 from DiT4DiT.config.typed import section
-from DiT4DiT.facts import (FRAME_SIDE_MULTIPLE, PIXEL_LOSS_TYPES, VAE_MODULE, is_under, latent_frame_count,
+from DiT4DiT.facts import (AUTO, FRAME_SIDE_MULTIPLE, PIXEL_LOSS_TYPES, VAE_MODULE, is_under, latent_frame_count,
                            module_paths, num_output_frames)
 from DiT4DiT.pipeline_shape import read_pipeline_shape
 
@@ -112,6 +112,10 @@ def check_rules(cfg: DictConfig) -> None:
              f"datasets.vla_data.image_size={data.image_size}: Cosmos needs frame sides that are multiples of "
              f"{FRAME_SIDE_MULTIPLE}; use e.g. {max(FRAME_SIDE_MULTIPLE, data.image_size // FRAME_SIDE_MULTIPLE * FRAME_SIDE_MULTIPLE)}")
     _require(len(data.video_delta_indices) >= 1, "datasets.vla_data.video_delta_indices: give at least one frame offset")
+    blocks = trainer.gradient_checkpointing_blocks
+    _require(blocks is None or blocks == AUTO or str(blocks).isdigit(),
+             f"trainer.gradient_checkpointing_blocks={blocks!r}: give a count of blocks (e.g. 14), auto (the fewest the "
+             "memory plan needs on this device) or null (as trainer.enable_gradient_checkpointing says)")
     refusal = latent_cache_refusal(cfg) if cosmos.latent_cache else None
     _require(refusal is None, refusal)
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
@@ -134,6 +138,10 @@ def check_backbone_fits(cfg: DictConfig) -> None:
     _require(cosmos.vl_hidden_dim == shape.hidden_size,
              f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
              f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}")
+    blocks = cfg.trainer.gradient_checkpointing_blocks
+    _require(blocks in (None, AUTO) or int(blocks) <= shape.num_blocks,
+             f"trainer.gradient_checkpointing_blocks={blocks}: the transformer in {cosmos.base_model} has "
+             f"{shape.num_blocks} blocks; give at most {shape.num_blocks}")
     frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
     # joint and video train the transformer only through the future frames: with none, nothing reaches it, and
     # DDP stops at the second step with "parameters that were not used in producing loss".

@@ -26,7 +26,7 @@ from DiT4DiT.config.sections import ConfigSections, TrainerSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
-from DiT4DiT.facts import DETERMINISTIC_ENV
+from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
@@ -108,6 +108,12 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, accelerator: Accelerator):
         typed = section(cfg, ConfigSections)
+        if typed.trainer.gradient_checkpointing_blocks == AUTO:  # a count from here on (config.yaml records it)
+            blocks, why = resources.auto_recomputed_blocks(typed.framework, typed.trainer, typed.datasets.vla_data,
+                                                           accelerator.num_processes, accelerator.device)
+            log.info("trainer.gradient_checkpointing_blocks=auto: %s", why)
+            cfg.trainer.gradient_checkpointing_blocks = str(blocks)
+            typed = section(cfg, ConfigSections)
         settings, data_cfg = typed.trainer, typed.datasets.vla_data
         self.cfg, self.typed, self.settings, self.accelerator = cfg, typed, settings, accelerator
         self.run_dir = Path(cfg.output_dir)

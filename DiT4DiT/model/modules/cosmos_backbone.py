@@ -41,7 +41,7 @@ from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import FrameworkCosmos25Section
 from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
 from DiT4DiT.model.freezing import module_paths
-from DiT4DiT.model.modules.activation_checkpointing import checkpointed
+from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
 from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, vae_frames
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
 from DiT4DiT.pipeline_shape import read_pipeline_shape
@@ -127,17 +127,18 @@ class CosmosFeatureExtractor(nn.Module):
         early_exit: bool = True,
         future_loss_type: str = "flow_matching",
         future_num_inference_steps: int = 1,
-        gradient_checkpointing: bool = False,
+        checkpointed_blocks: int = 0,
     ):
         super().__init__()
         self.text_encoder = components.text_encoder
         self.vae = components.vae
         self.transformer = components.transformer
         use_our_attention(self.transformer)  # diffusers' math without the no-op K/V copy; fused RoPE on NPU
-        if gradient_checkpointing:
-            # diffusers' Cosmos transformer checkpoints each block it runs with grad enabled (the video passes;
-            # the feature pass runs under no_grad and keeps nothing), through our non-reentrant call.
-            self.transformer.enable_gradient_checkpointing(checkpointed)
+        if checkpointed_blocks:
+            # diffusers' Cosmos transformer hands each block it runs with grad enabled (the video passes; the feature
+            # pass runs under no_grad and keeps nothing) to our call: the first `checkpointed_blocks` recompute.
+            blocks = self.transformer.transformer_blocks
+            self.transformer.enable_gradient_checkpointing(checkpoint_first(blocks, checkpointed_blocks))
         self.tokenizer = components.tokenizer
         self.scheduler = components.scheduler
         # Non-persistent buffers: they move with the model (no copy per step) and stay out of checkpoints (they
@@ -411,12 +412,12 @@ class CosmosBackboneInterface(nn.Module):
     """Loads the pipeline that `framework.cosmos25` names and splits a batch's clip into the extractor's inputs.
 
     `num_frames_out` (frames per sample, from the data section), `prompt_store_dir` and `latent_store_dir` (where
-    the stores live) and `gradient_checkpointing` (trainer.enable_gradient_checkpointing) are the values it needs
-    from outside its section; the framework passes them.
+    the stores live) and `checkpointed_blocks` (how many transformer blocks recompute, from the trainer section) are
+    the values it needs from outside its section; the framework passes them.
     """
 
     def __init__(self, cosmos: FrameworkCosmos25Section, num_frames_out: int, prompt_store_dir: Path,
-                 gradient_checkpointing: bool = False, latent_store_dir: Path | None = None):
+                 checkpointed_blocks: int = 0, latent_store_dir: Path | None = None):
         super().__init__()
         self.training_mode = cosmos.training
         self.base_model = cosmos.base_model
@@ -449,7 +450,7 @@ class CosmosBackboneInterface(nn.Module):
             prompt_store=store,
             future_loss_type=cosmos.future_loss_type,
             future_num_inference_steps=cosmos.future_num_inference_steps,
-            gradient_checkpointing=gradient_checkpointing,
+            checkpointed_blocks=checkpointed_blocks,
         )
 
     @property
