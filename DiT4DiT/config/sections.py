@@ -322,6 +322,8 @@ class TrainerSection:
         None, "recompute only the first N Cosmos transformer blocks (a count, or auto: the fewest the memory plan "
         "needs on the device in use); null: all of them with enable_gradient_checkpointing, else none. The action "
         "head follows enable_gradient_checkpointing")
+    profile_steps: str | None = key(None, "optimizer steps to profile, e.g. 10,12: their trace in <run_dir>/profile "
+                                    "(torch.profiler; torch_npu.profiler on NPU) and their top operators in train.log")
     ignore_resource_check: bool = key(False, "start even when the memory estimate exceeds what this machine has "
                                       "(experts: the estimate is conservative)")
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)

@@ -65,6 +65,19 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
     return root / run_id
 
 
+def profiled_steps(text: str | None) -> tuple[int, int] | None:
+    """trainer.profile_steps "a,b" (or "a", one step) as (first, last) optimizer step; None when unset."""
+    if text is None or str(text).strip() == "":
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    _require(len(parts) in (1, 2) and all(p.isdigit() for p in parts),
+             f"trainer.profile_steps={text!r}: give the first and last optimizer step to profile, e.g. 10,12 (or one "
+             "step, e.g. 10)")
+    first, last = int(parts[0]), int(parts[-1])
+    _require(1 <= first <= last, f"trainer.profile_steps={text!r}: steps count from 1, and the first comes first")
+    return first, last
+
+
 def latent_cache_refusal(cfg: DictConfig) -> str | None:
     """Why framework.cosmos25.latent_cache cannot hold this run's VAE outputs (one line), or None when it can. A
     random image augmentation is the data's to say (DiT4DiT/dataloader/config_checks.py)."""
@@ -116,6 +129,10 @@ def check_rules(cfg: DictConfig) -> None:
     _require(blocks is None or blocks == AUTO or str(blocks).isdigit(),
              f"trainer.gradient_checkpointing_blocks={blocks!r}: give a count of blocks (e.g. 14), auto (the fewest the "
              "memory plan needs on this device) or null (as trainer.enable_gradient_checkpointing says)")
+    profiled = profiled_steps(trainer.profile_steps)
+    _require(profiled is None or profiled[1] <= trainer.max_train_steps,
+             f"trainer.profile_steps={trainer.profile_steps}: the run ends at step {trainer.max_train_steps}; profile "
+             "steps within it")
     refusal = latent_cache_refusal(cfg) if cosmos.latent_cache else None
     _require(refusal is None, refusal)
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
