@@ -223,3 +223,23 @@ def test_a_dataset_copy_with_other_video_files_is_a_new_episode(store_cfg, tiny_
     video.write_bytes(video.read_bytes() + b"\0")
     changed = {e.name for e in dataset_of(store_cfg(f"datasets.vla_data.data_root_dir={copy}")).latent_episodes()}
     assert len(changed - names) == 1
+
+
+def test_the_doctor_states_the_stores_size_before_it_is_written(store_cfg, tiny_pipeline_dir):
+    """The estimate counts every step of every episode (both splits) and sizes each row as the store writes it:
+    within 1% of the files a fill then writes; nothing is written by estimating."""
+    from DiT4DiT.config.sections import ConfigSections
+    from DiT4DiT.config.typed import section
+    from DiT4DiT.doctor.store_estimate import latent_store_estimate
+
+    cfg = store_cfg()
+    typed = section(cfg, ConfigSections)
+    before = latent_store_estimate(typed.framework.cosmos25, typed.datasets.vla_data, tiny_pipeline_dir, 16, "a3")
+    train, held_out = dataset_of(cfg), dataset_of(cfg, "eval")
+    episodes = train.latent_episodes() + held_out.latent_episodes()
+    assert (before["clips"], before["episodes"], before["stored_bytes"]) == (sum(e.rows for e in episodes),
+                                                                              len(episodes), 0)
+    store = frozen_model(cfg).prepare_latents([train, held_out])
+    written = sum(path.stat().st_size for path in store.folder.iterdir())
+    assert before["store_bytes"] == pytest.approx(written, rel=0.01)
+    assert 0 < before["build_hours"] and before["clip_tflop"] > 0
