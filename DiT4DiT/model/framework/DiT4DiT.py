@@ -19,13 +19,12 @@ from DiT4DiT.config.sections import FrameworkActionModelSection, FrameworkCosmos
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader.cache import store_root
-from DiT4DiT.facts import checkpointed_block_count, num_output_frames
+from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.host_to_device import ModelBatch, model_batch
 from DiT4DiT.model.modules.node_store import Ranks
-from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 
 def autocast_enabled(mixed_precision: str) -> bool:
@@ -53,8 +52,8 @@ class DiT4DiT(nn.Module):
             section(cosmos, FrameworkCosmos25Section),
             num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
             prompt_store_dir=store_root("prompt", cosmos.prompt_store_dir, vla.cache_dir),
-            checkpointed_blocks=checkpointed_block_count(config.trainer.gradient_checkpointing_blocks, checkpointing,
-                                                         read_pipeline_shape(cosmos.base_model).num_blocks),
+            gradient_checkpointing=checkpointing,
+            gradient_checkpointing_blocks=config.trainer.gradient_checkpointing_blocks,
             latent_store_dir=store_root("latent", cosmos.latent_store_dir, vla.cache_dir),
         )
         self.training_mode = self.backbone_interface.training_mode

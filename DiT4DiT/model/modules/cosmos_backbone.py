@@ -39,7 +39,8 @@ from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import FrameworkCosmos25Section
-from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
+from DiT4DiT.facts import (FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, checkpointed_block_count, is_under,
+                           latent_frame_count)
 from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
 from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, vae_frames
@@ -127,18 +128,20 @@ class CosmosFeatureExtractor(nn.Module):
         early_exit: bool = True,
         future_loss_type: str = "flow_matching",
         future_num_inference_steps: int = 1,
-        checkpointed_blocks: int = 0,
+        gradient_checkpointing: bool = False,
+        gradient_checkpointing_blocks: str | None = None,
     ):
         super().__init__()
         self.text_encoder = components.text_encoder
         self.vae = components.vae
         self.transformer = components.transformer
         use_our_attention(self.transformer)  # diffusers' math without the no-op K/V copy; fused RoPE on NPU
-        if checkpointed_blocks:
+        blocks = self.transformer.transformer_blocks
+        recomputed = checkpointed_block_count(gradient_checkpointing_blocks, gradient_checkpointing, len(blocks))
+        if recomputed:
             # diffusers' Cosmos transformer hands each block it runs with grad enabled (the video passes; the feature
-            # pass runs under no_grad and keeps nothing) to our call: the first `checkpointed_blocks` recompute.
-            blocks = self.transformer.transformer_blocks
-            self.transformer.enable_gradient_checkpointing(checkpoint_first(blocks, checkpointed_blocks))
+            # pass runs under no_grad and keeps nothing) to our call: the first `recomputed` run again in backward.
+            self.transformer.enable_gradient_checkpointing(checkpoint_first(blocks, recomputed))
         self.tokenizer = components.tokenizer
         self.scheduler = components.scheduler
         # Non-persistent buffers: they move with the model (no copy per step) and stay out of checkpoints (they
@@ -412,12 +415,14 @@ class CosmosBackboneInterface(nn.Module):
     """Loads the pipeline that `framework.cosmos25` names and splits a batch's clip into the extractor's inputs.
 
     `num_frames_out` (frames per sample, from the data section), `prompt_store_dir` and `latent_store_dir` (where
-    the stores live) and `checkpointed_blocks` (how many transformer blocks recompute, from the trainer section) are
-    the values it needs from outside its section; the framework passes them.
+    the stores live) and `gradient_checkpointing` / `gradient_checkpointing_blocks` (trainer.enable_gradient_checkpointing
+    and trainer.gradient_checkpointing_blocks: which transformer blocks recompute) are the values it needs from outside
+    its section; the framework passes them.
     """
 
     def __init__(self, cosmos: FrameworkCosmos25Section, num_frames_out: int, prompt_store_dir: Path,
-                 checkpointed_blocks: int = 0, latent_store_dir: Path | None = None):
+                 gradient_checkpointing: bool = False, gradient_checkpointing_blocks: str | None = None,
+                 latent_store_dir: Path | None = None):
         super().__init__()
         self.training_mode = cosmos.training
         self.base_model = cosmos.base_model
@@ -450,7 +455,8 @@ class CosmosBackboneInterface(nn.Module):
             prompt_store=store,
             future_loss_type=cosmos.future_loss_type,
             future_num_inference_steps=cosmos.future_num_inference_steps,
-            checkpointed_blocks=checkpointed_blocks,
+            gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_blocks=gradient_checkpointing_blocks,
         )
 
     @property
