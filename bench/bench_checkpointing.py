@@ -3,7 +3,10 @@ time, without it, with N of the Cosmos blocks recomputed (trainer.gradient_check
 and the action head's (trainer.enable_gradient_checkpointing), in one run.
 
     .venv/bin/python bench/bench_checkpointing.py [--blocks 12] [--recompute 0,3,6,9,12] [--image 128] [--batch 2]
-        [--steps 8] [--threads 2]
+        [--steps 8] [--threads 2] [--profile]
+
+--profile also prints trainer.profile_steps' table (DiT4DiT/training/profiler.py, torch.profiler) for 2 steps
+without checkpointing.
 
 The `large` size is bench_model.py's --deep model (a Cosmos transformer of 12 blocks, 16 heads x 64 = 1024 wide,
 features from block 7, the tiny text encoder and VAE frozen, the tiny config's action head) at 128 px per view,
@@ -70,6 +73,20 @@ def step_seconds(model, examples, optimizer) -> tuple[float, float]:
     return backward_done - start, time.perf_counter() - start
 
 
+def profile_steps(model, examples, optimizer, folder: Path) -> None:
+    """Steps 2 and 3 under the trainer's own step profiler (step 1 its warm-up, not counted); it logs the table."""
+    import logging
+
+    from DiT4DiT.training.profiler import step_profiler
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    set_checkpointing(model, 0, False)
+    with step_profiler(torch.profiler, "2,3", 0, folder, 0, True, "cpu") as profiler:
+        for done in (1, 2, 3):
+            step_seconds(model, examples, optimizer)
+            profiler.step(done)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, default=12)
@@ -78,6 +95,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="measured steps per setting")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="the profiler's top operators of 2 steps, too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -95,6 +113,8 @@ def main() -> None:
         examples = make_examples(cfg, batch=args.batch, views=1)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
+        if args.profile:
+            profile_steps(model, examples, optimizer, Path(tmp))
         settings = [(f"{n} of {args.blocks} blocks", n, False) for n in map(int, args.recompute.split(","))]
         settings.append((f"all + action head", args.blocks, True))  # trainer.enable_gradient_checkpointing
         saved, times = {}, {name: [] for name, _, _ in settings}
