@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from full_size_rehearsal import (FULL_SNAPSHOT, ROBOTWIN, run_original_check, run_phase, training_overrides,  # noqa: E402
-                                 wait_for_memory)
+from full_size_rehearsal import (FULL_SNAPSHOT, ROBOTWIN, round_line, run_original_check, run_phase,  # noqa: E402
+                                 training_overrides, wait_for_memory)
 
 SIDES = ("ours", "ours (store)", "original")
 LARGE_KEYS = ["--framework.cosmos25.extract_layer=7", "--framework.cosmos25.vl_hidden_dim=1024",
@@ -133,11 +133,7 @@ def main() -> None:
           f"second of 2 steps, {os.cpu_count()} CPU cores, snapshot {snapshot}\n")
     print(table(results))
     for result in results:
-        if "steps" in result:
-            last = result["steps"][-1]
-            print(f"round {result['round']} {result['side']}: step 2 forward {last['forward_s']:.2f} s, backward "
-                  f"{last['backward_s']:.2f} s, AdamW {last['optimizer_s']:.2f} s; losses "
-                  + ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("loss")))
+        print(round_line(result))
     print(f"logs: {work}")
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -16,6 +16,7 @@ from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules
 from DiT4DiT.model.modules.latent_store import LatentStoreError
 from DiT4DiT.tools import latent_store as latent_store_tool
+from helpers.adamw_steps import step_losses
 from helpers.fixtures_data import dataset_of
 from helpers.in_process import call_main
 from helpers.training_runs import TINY_CONFIG, metrics, train_in_process
@@ -48,20 +49,6 @@ def count_vae_encodes(model) -> list:
     return calls
 
 
-def three_steps(model, examples) -> list[float]:
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    torch.manual_seed(1)
-    values = []
-    for _ in range(3):
-        losses = model(examples)
-        total = losses["action_loss"] + losses["future_video_loss"]
-        optimizer.zero_grad()
-        total.backward()
-        optimizer.step()
-        values += [losses["action_loss"].item(), losses["future_video_loss"].item()]
-    return values
-
-
 def test_stored_posteriors_train_to_the_losses_of_encoding_every_step(store_cfg):
     """Three AdamW steps from the same weights and seeds: with the store (fp32, tiny) the losses equal those of
     decoding and encoding the clips, within 1e-6, and the VAE's encoder never runs once the store is filled."""
@@ -73,9 +60,9 @@ def test_stored_posteriors_train_to_the_losses_of_encoding_every_step(store_cfg)
     stored = [dataset[i] for i in SAMPLES]
     assert "image" not in stored[0] and set(stored[0]["latents"]) == {"mean", "std"}
     calls = count_vae_encodes(model)
-    with_store = three_steps(model, stored)
+    with_store = step_losses(model, stored)
     assert calls == []
-    without = three_steps(frozen_model(cfg), plain)
+    without = step_losses(frozen_model(cfg), plain)
     torch.testing.assert_close(torch.tensor(with_store), torch.tensor(without), rtol=0, atol=1e-6)
     assert sorted(p.name for p in store.folder.iterdir()) == sorted(
         store.path(e).name for e in dataset.latent_episodes())

@@ -2,7 +2,7 @@
 
 One VAE call gives both: the Wan VAE is causal, so latent frame 0 depends on pixel frame 0 alone and equals the
 posterior of that frame encoded on its own (bit for bit at the test and the full width, float32 and bf16;
-docs/full-size.md), while the later latent frames are the future losses' targets. The latent store holds this
+docs/training.md), while the later latent frames are the future losses' targets. The latent store holds this
 posterior for every clip of a dataset; without it, training computes it each step here.
 """
 
