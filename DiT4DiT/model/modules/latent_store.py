@@ -197,7 +197,7 @@ def fill_latent_store(vae: torch.nn.Module, episodes: list[Episode], *, store_di
             return clip_posterior(vae, to_device(clips, device), num_frames_out, temporal_factor, with_future)
 
     report = store.fill(episodes, encode, ranks, batch_size)
-    log.info("latent store: %d episodes (%d clips), %d encoded now, %.2f GiB, at %s; training reads it instead of "
-             "decoding and encoding video", report.episodes, report.rows, report.encoded, report.store_bytes / 2**30,
+    log.info("latent store: %d episodes (%d clips), %d encoded now, %.1f MiB, at %s; training reads it instead of "
+             "decoding and encoding video", report.episodes, report.rows, report.encoded, report.store_bytes / 2**20,
              report.folder)
     return store, report
