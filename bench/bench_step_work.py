@@ -50,12 +50,13 @@ def rounds(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: d
             extra = {"ours": ["ours"], "ours (store)": ["ours", "--latents"],
                      "original": ["original", "--checkout", str(args.original)]}[side]
             python = args.original_python if side == "original" else sys.executable
-            out = work / f"round{round_}_{side.replace(' ', '_').strip('()')}.json"
+            name = {"ours": "ours", "ours (store)": "ours_store", "original": "original"}[side]
+            out = work / f"round{round_}_{name}.json"
             out.unlink(missing_ok=True)
             wait_for_memory(args.min_available_gib, f"round {round_} {side}")
             row = run_phase(f"round {round_} {side}", [python, step_timing, *extra, "--work", str(folder),
                                                       "--result", str(out)],
-                            work / f"round{round_}_{side.split()[0]}{'_store' if 'store' in side else ''}.log", env,
+                            work / f"round{round_}_{name}.log", env,
                             without=("PYTHONPATH",) if side == "original" else ())
             results.append({"round": round_, "side": side, "exit": row["exit"], "log": row["log"],
                             **(json.loads(out.read_text()) if out.is_file() else {})})
