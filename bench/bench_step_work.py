@@ -58,8 +58,8 @@ def rounds(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: d
                                                       "--result", str(out)],
                             work / f"round{round_}_{name}.log", env,
                             without=("PYTHONPATH",) if side == "original" else ())
-            results.append({"round": round_, "side": side, "exit": row["exit"], "log": row["log"],
-                            **(json.loads(out.read_text()) if out.is_file() else {})})
+            results.append({**(json.loads(out.read_text()) if out.is_file() else {}), "round": round_, "side": side,
+                            "exit": row["exit"], "log": row["log"]})
     return results
 
 
