@@ -42,6 +42,8 @@ NULL_MEANS_THE_SAME = {
     "framework.action_model.diffusion_model_cfg.positional_embeddings", "trainer.pretrained_checkpoint",
     "trainer.reload_modules", "trainer.freeze_modules",
     "trainer.closed_loop_eval.python",  # ours alone (the default: this checkout's .venv-metaworld); the original reads no closed_loop_eval
+    # ours alone (the original reads none of them): the latent store's folder, checkpointing's block count, profiling
+    "framework.cosmos25.latent_store_dir", "trainer.gradient_checkpointing_blocks", "trainer.profile_steps",
 }
 # The tiny model, at the widths the data configs need (padded to these).
 TINY_MODEL = [
