@@ -37,10 +37,13 @@ VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, PATCH_SIZE = 8, 4, 2
 FRAME_SIDE_MULTIPLE = VAE_SPATIAL_FACTOR * PATCH_SIZE  # a frame side maps to whole latent patches
 # Bytes per element of each framework.cosmos25.torch_dtype: the weights' and the stored prompt embeddings'.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# The backbone's VAE as trainer.freeze_modules names it (frozen: its outputs can be stored, the latent store).
+VAE_MODULE = "backbone_interface.extractor.vae"
 # The original's future losses that sample the future latents (future_num_inference_steps sampler steps from
 # noise, gradient through every step) and compare them with the ground truth's latents, or decode them and compare
 # frames (L1 / MSE in [0, 1]); the others are one flow-matching pass.
-SAMPLED_LOSS_TYPES = ("latent_mse", "pixel_l1", "pixel_mse")
+PIXEL_LOSS_TYPES = ("pixel_l1", "pixel_mse")  # these compare with the video's own pixels
+SAMPLED_LOSS_TYPES = ("latent_mse", *PIXEL_LOSS_TYPES)
 # The action DiT's size table: (attention heads, head width).
 DIT_SIZES = {"DiT-B": (12, 64), "DiT-L": (32, 48)}
 
@@ -63,6 +66,19 @@ def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
 def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACTOR) -> int:
     """The VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames; extra frames are dropped."""
     return (num_frames - 1) // temporal_factor + 1
+
+
+AUTO = "auto"  # trainer.gradient_checkpointing_blocks: the fewest the memory plan needs on the device in use
+
+
+def checkpointed_block_count(blocks: str | None, enable_gradient_checkpointing: bool, layers: int) -> int:
+    """How many of the Cosmos transformer's `layers` blocks recompute their activations in the backward pass:
+    trainer.gradient_checkpointing_blocks (`blocks`, a count; null: all when trainer.enable_gradient_checkpointing,
+    else none). `auto` is resolved to a count before the model is built (the trainer, the memory plan); unresolved
+    it counts as all blocks, the least memory."""
+    if blocks is None:
+        return layers if enable_gradient_checkpointing else 0
+    return layers if blocks == AUTO else min(int(blocks), layers)
 
 
 def module_paths(text: str | None) -> list[str]:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import (DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkCosmos25Section,
                                      FrameworkSection, TrainerSection)
-from DiT4DiT.facts import (DIT_SIZES, DTYPE_BYTES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under,
-                           latent_frame_count, module_paths, num_output_frames)
+from DiT4DiT.facts import (DIT_SIZES, DTYPE_BYTES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, checkpointed_block_count,
+                           is_under, latent_frame_count, module_paths, num_output_frames)
 from DiT4DiT.safetensors_header import read_header
 
 GIB = 1024**3
@@ -199,6 +199,15 @@ def cosmos_block_saved_bytes(hidden: int, video_tokens: int, text_tokens: int, c
     return measured_bytes(row, video_tokens, text_tokens, batch) * hidden / MEASURED["hidden"]
 
 
+def blocks_saved_bytes(hidden: int, video_tokens: int, text_tokens: int, batch: int, frozen: bool, layers: int,
+                       recomputed: int) -> float:
+    """Bytes a video pass saves for backward in the transformer's `layers` blocks when the first `recomputed` of
+    them are checkpointed (trainer.gradient_checkpointing_blocks): those keep their input, the others everything."""
+    kept = cosmos_block_saved_bytes(hidden, video_tokens, text_tokens, False, batch, frozen)
+    inputs = cosmos_block_saved_bytes(hidden, video_tokens, text_tokens, True, batch, frozen)
+    return (layers - recomputed) * kept + recomputed * inputs
+
+
 def video_passes_with_grad(cosmos: FrameworkCosmos25Section, graph_through_blocks: bool) -> int:
     """Transformer passes per step whose blocks keep a graph for backward: none when nothing at or before the
     blocks trains (frozen blocks still pass the gradient back to a trained patch embedding or text projection),
@@ -227,7 +236,9 @@ def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch
     """One micro-batch's peak activation bytes: the prompt embeddings, then the largest of the VAE encode, the
     feature pass, and what the step keeps until its backward (video passes, the action head, one recomputed block).
     `weight_bytes` / `head_bytes`: bytes per element the pipeline's parts / the action head compute in (MEASURED is
-    bf16; float32 modules hold twice the bytes); `batch`: datasets.vla_data.per_device_batch_size."""
+    bf16; float32 modules hold twice the bytes); `batch`: datasets.vla_data.per_device_batch_size. Checkpointing:
+    trainer.gradient_checkpointing_blocks of the transformer's blocks (blocks_saved_bytes), the action head's with
+    trainer.enable_gradient_checkpointing."""
     cosmos, text = framework.cosmos25, framework.cosmos25.max_sequence_length
     hidden, layers = tcfg["num_attention_heads"] * tcfg["attention_head_dim"], tcfg["num_layers"]
     checkpointing = trainer.enable_gradient_checkpointing
@@ -236,15 +247,17 @@ def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch
 
     passes = video_passes_with_grad(cosmos, transformer.graph_through_blocks)
     frozen = transformer.blocks_frozen
-    outside = MEASURED["video_pass_checkpointed_outside" if checkpointing else "video_pass_outside"]
+    recomputed = checkpointed_block_count(trainer.gradient_checkpointing_blocks, checkpointing, layers)
+    outside = MEASURED["video_pass_checkpointed_outside" if recomputed else "video_pass_outside"]
     # The measured text-projection input is the prompts term already counted; the rest scales with the width.
     measured_prompts = batch * text * MEASURED["text_projection_in"] * 2
     rest = max(measured_bytes(outside, tokens, text, batch) - measured_prompts, 0.0) * hidden / MEASURED["hidden"]
-    per_pass = layers * cosmos_block_saved_bytes(hidden, tokens, text, checkpointing, batch, frozen) + rest
-    if device_kind == "npu":  # every block's copies, or the one block being recomputed
-        per_pass += NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN * hidden * tokens * batch * (1 if checkpointing else layers)
+    per_pass = blocks_saved_bytes(hidden, tokens, text, batch, frozen, layers, recomputed) + rest
+    if device_kind == "npu":  # the kept blocks' copies, and the one block being recomputed
+        per_pass += (NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN * hidden * tokens * batch
+                     * (layers - recomputed + (1 if recomputed else 0)))
     kept = passes * per_pass
-    if checkpointing and passes:  # the backward rebuilds one block's activations at a time
+    if recomputed and passes:  # the backward rebuilds one block's activations at a time
         kept += cosmos_block_saved_bytes(hidden, tokens, text, False, batch, frozen)
     kept *= weight_bytes / 2
     if cosmos.training != "video" and not head_frozen:
@@ -252,6 +265,8 @@ def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch
                                                  checkpointing) * head_bytes / 2)
     vae_row = MEASURED["vae_encode_peak_per_pixel"]["video_5_frames" if passes else "condition_frame"]
     vae = batch * pixels * vae_row * vae_base_dim / MEASURED["vae_base_dim"]
+    if cosmos.latent_cache:  # the latent store: a step reads the posteriors, no VAE runs
+        vae = 0.0
     feature = 0.0
     if cosmos.training != "video":  # the no-grad feature pass, before the video pass
         feature = measured_bytes(MEASURED["feature_pass_peak"], tokens, text, batch) * hidden / MEASURED["hidden"]

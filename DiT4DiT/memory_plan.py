@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
-from DiT4DiT.facts import in_repo, module_paths
+from DiT4DiT.facts import AUTO, in_repo, module_paths
 from DiT4DiT.memory_estimate import PARTS, Estimate, estimate_training_memory, is_frozen
+from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
 HEADROOM = 0.9
@@ -196,6 +197,11 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
                                         zero_stage=s.run.zero_stage, device_kind=kind,
                                         offload_optimizer=s.run.offload_optimizer)
 
+    if trainer.gradient_checkpointing_blocks == AUTO:  # what the trainer will resolve it to on these devices
+        blocks = fewest_recomputed_blocks(base_model, framework, trainer, data, run.processes, views,
+                                          HEADROOM * free_gib, zero_stage=run.zero_stage, kind=kind)
+        trainer = replace(trainer, gradient_checkpointing_blocks=str(
+            read_pipeline_shape(base_model).num_blocks if blocks is None else blocks))
     setup = Setup(trainer, data, run)
     current = estimate(setup)
     if current is None:
@@ -228,6 +234,27 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
         est = estimate(candidate)
         result.options.append(Option(change, flags, est, est.total_gib <= limit, changes_experiment=True))
     return result
+
+
+def fewest_recomputed_blocks(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
+                             data: DatasetsVlaDataSection, processes: int, views: int, limit_gib: float, *,
+                             zero_stage: int = 2, kind: str = "npu") -> int | None:
+    """trainer.gradient_checkpointing_blocks=auto: the fewest transformer blocks to recompute for the estimate to
+    stay within `limit_gib` per device (the others keep their activations, and the step their time), or None when
+    recomputing all of them is not enough (or the snapshot has no safetensors). Estimates fall as blocks are added,
+    so a bisection finds it."""
+    def fits(blocks: int) -> bool:
+        est = estimate_training_memory(base_model, framework, replace(trainer, gradient_checkpointing_blocks=str(blocks)),
+                                       data, processes, views, zero_stage=zero_stage, device_kind=kind)
+        return est is not None and est.total_gib <= limit_gib
+
+    low, high = 0, read_pipeline_shape(base_model).num_blocks
+    if not fits(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle) else (middle + 1, high)
+    return low
 
 
 def nvidia_free_mib() -> list[float]:

@@ -1,12 +1,17 @@
-"""Activation checkpointing (trainer.enable_gradient_checkpointing) at the `large` size: the bytes a training step
-saves for backward and the CPU step time, with and without it, in one run.
+"""Activation checkpointing at the `large` size: the bytes a training step saves for backward and the CPU step
+time, without it, with N of the Cosmos blocks recomputed (trainer.gradient_checkpointing_blocks) and with all of them
+and the action head's (trainer.enable_gradient_checkpointing), in one run.
 
-    .venv/bin/python bench/bench_checkpointing.py [--blocks 12] [--image 128] [--batch 2] [--steps 8] [--threads 2]
+    .venv/bin/python bench/bench_checkpointing.py [--blocks 12] [--recompute 0,3,6,9,12] [--image 128] [--batch 2]
+        [--steps 8] [--threads 2] [--profile]
+
+--profile also prints trainer.profile_steps' table (DiT4DiT/training/profiler.py, torch.profiler) for 2 steps
+without checkpointing.
 
 The `large` size is bench_model.py's --deep model (a Cosmos transformer of 12 blocks, 16 heads x 64 = 1024 wide,
 features from block 7, the tiny text encoder and VAE frozen, the tiny config's action head) at 128 px per view,
-joint mode, float32 on the CPU. One model is built; checkpointing is switched on and off between blocks of steps
-(forward + backward + AdamW, timed with and without AdamW), so both see the same machine load. Saved bytes are counted by
+joint mode, float32 on the CPU. One model is built; the settings take turns between blocks of steps (forward +
+backward + AdamW, timed with and without AdamW), so all see the same machine load. Saved bytes are counted by
 torch.autograd.graph.saved_tensors_hooks (each storage once, parameters left out) over the model's forward.
 The real width's per-block figures: python -m DiT4DiT.tools.measure_activation_memory.
 
@@ -37,20 +42,21 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
-from DiT4DiT.model.modules.activation_checkpointing import checkpointed  # noqa: E402
+from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.measure_activation_memory import saved_for_backward_bytes  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 
 
-def set_checkpointing(model, on: bool) -> None:
-    """What trainer.enable_gradient_checkpointing sets when the model is built, switched on one model."""
+def set_checkpointing(model, blocks: int, head: bool) -> None:
+    """What trainer.gradient_checkpointing_blocks (`blocks`) and enable_gradient_checkpointing (`head`, with all
+    blocks) set when the model is built, switched on one model."""
     transformer = model.backbone_interface.extractor.transformer
-    if on:
-        transformer.enable_gradient_checkpointing(checkpointed)
+    if blocks:
+        transformer.enable_gradient_checkpointing(checkpoint_first(transformer.transformer_blocks, blocks))
     else:
         transformer.disable_gradient_checkpointing()
-    model.action_model.model.gradient_checkpointing = on
+    model.action_model.model.gradient_checkpointing = head
 
 
 def saved_bytes(model, examples) -> int:
@@ -67,13 +73,29 @@ def step_seconds(model, examples, optimizer) -> tuple[float, float]:
     return backward_done - start, time.perf_counter() - start
 
 
+def profile_steps(model, examples, optimizer, folder: Path) -> None:
+    """Steps 2 and 3 under the trainer's own step profiler (step 1 its warm-up, not counted); it logs the table."""
+    import logging
+
+    from DiT4DiT.training.profiler import step_profiler
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    set_checkpointing(model, 0, False)
+    with step_profiler(torch.profiler, "2,3", 0, folder, 0, True, "cpu") as profiler:
+        for done in (1, 2, 3):
+            step_seconds(model, examples, optimizer)
+            profiler.step(done)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--recompute", default="0,3,6,9,12", help="counts of Cosmos blocks to recompute, one row each")
     parser.add_argument("--image", type=int, default=128, help="pixels per side of the one view")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="measured steps per setting")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="the profiler's top operators of 2 steps, too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -91,25 +113,29 @@ def main() -> None:
         examples = make_examples(cfg, batch=args.batch, views=1)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
-        saved, times = {}, {False: [], True: []}
-        for on in (False, True):
-            set_checkpointing(model, on)
-            saved[on] = saved_bytes(model, examples)
+        if args.profile:
+            profile_steps(model, examples, optimizer, Path(tmp))
+        settings = [(f"{n} of {args.blocks} blocks", n, False) for n in map(int, args.recompute.split(","))]
+        settings.append((f"all + action head", args.blocks, True))  # trainer.enable_gradient_checkpointing
+        saved, times = {}, {name: [] for name, _, _ in settings}
+        for name, blocks, head in settings:
+            set_checkpointing(model, blocks, head)
+            saved[name] = saved_bytes(model, examples)
             step_seconds(model, examples, optimizer)  # warm-up
         for _ in range(0, args.steps, 2):
-            for on in (False, True):
-                set_checkpointing(model, on)
-                times[on].extend(step_seconds(model, examples, optimizer) for _ in range(2))
-    median = {on: [statistics.median(t[i] for t in runs) for i in (0, 1)] for on, runs in times.items()}
+            for name, blocks, head in settings:
+                set_checkpointing(model, blocks, head)
+                times[name].extend(step_seconds(model, examples, optimizer) for _ in range(2))
+    median = {name: [statistics.median(t[i] for t in runs) for i in (0, 1)] for name, runs in times.items()}
     tokens = latent_frame_count(model.backbone_interface.num_frames_out) * (args.image // 16) ** 2
     print(f"large: {args.blocks} Cosmos blocks of {width}, {args.image} px ({tokens} tokens), batch {args.batch}, "
-          "joint mode, float32, "
-          f"{torch.get_num_threads()} threads, {len(times[True])} steps per setting")
-    for on in (False, True):
-        print(f"  checkpointing {'on ' if on else 'off'}: saved for backward {saved[on] / 2**20:8.1f} MiB, forward + "
-              f"backward {median[on][0] * 1e3:8.1f} ms, whole step {median[on][1] * 1e3:8.1f} ms (medians)")
-    print(f"  saved bytes off / on: {saved[False] / saved[True]:.2f}x; time on / off: forward + backward "
-          f"{median[True][0] / median[False][0]:.2f}x, whole step {median[True][1] / median[False][1]:.2f}x")
+          f"joint mode, float32, {torch.get_num_threads()} threads, {args.steps} steps per setting (medians)")
+    base = settings[0][0]
+    print("| recomputed | saved for backward MiB | forward + backward ms | whole step ms | step / none |")
+    print("|---|---|---|---|---|")
+    for name, _, _ in settings:
+        print(f"| {name} | {saved[name] / 2**20:.1f} | {median[name][0] * 1e3:.0f} | {median[name][1] * 1e3:.0f} | "
+              f"{median[name][1] / median[base][1]:.2f} |")
 
 
 if __name__ == "__main__":

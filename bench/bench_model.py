@@ -46,7 +46,7 @@ from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents  # noqa: E402
 from DiT4DiT.model.modules.host_to_device import model_batch  # noqa: E402
-from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
+from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
     DEFAULT_OUT,

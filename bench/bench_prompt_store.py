@@ -60,7 +60,8 @@ def worker(store_dir: Path, count: int, signals: Path) -> None:
     from accelerate import Accelerator
 
     from DiT4DiT.model.modules.prompt_encoding import encode_prompts
-    from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
+    from DiT4DiT.model.modules.node_store import Ranks
+    from DiT4DiT.model.modules.prompt_store import PromptStore
     from DiT4DiT.training.host_waits import HostWaits
     from DiT4DiT.tools.tiny_cosmos import build_tokenizer
 

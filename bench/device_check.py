@@ -1,6 +1,6 @@
 """One prepared check of a device lent for a few minutes: step times, FLOPs, MFU, memory, and the risky paths.
 
-    python bench/device_check.py --full-size [--out device_check.json]   # one CUDA GPU or one NPU die, <= 8 min
+    python bench/device_check.py --full-size [--out device_check.json]   # one CUDA GPU or one NPU die, <= 10 min
     python bench/device_check.py --tiny                                  # CPU, under a minute (the test runs it)
 
 Sections (each under its own time limit; the JSON is rewritten after each one, so a failure or a kill keeps what
@@ -36,6 +36,11 @@ was measured; a failed section is recorded with its error and the next one runs)
   checksum      the same weights summed on the device 20 times (float32 and float64, deterministic off and on, each
                 setting in a fresh process): identical or not (why the end-of-run replica check compares bytes on
                 the host)
+  profile       trainer.profile_steps' profiler (the trainer's own; torch_npu.profiler on NPU) over 3 batch-1
+                steps: its top operators by self time, kept in the JSON
+  env_ab        the launcher's MindSpeed-MM A3 variables (OMP_NUM_THREADS, COMBINED_ENABLE, ACLNN_CACHE_LIMIT), each
+                unset in turn against all set: a fresh process per setting (they are read at start-up) timing 4
+                Cosmos blocks at the real width (tiny: 2 narrow ones), forward and backward
   zero2         with >= 2 devices: a DeepSpeed ZeRO-2 run (10 steps) with overlap_comm on and off, losses and grad
                 norms compared, in the environment the launcher's plan exports on this host (TASK_QUEUE_ENABLE,
                 HCCL_*, ...); skipped with a line on 1 device (the environment is recorded either way)
@@ -78,22 +83,25 @@ from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT import cosmos_2b  # noqa: E402
 from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
-from DiT4DiT.model.modules.prompt_store import Ranks  # noqa: E402
+from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
 from DiT4DiT.step_flops import peak_tflops, training_step_flops, transformer_forward_flops  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples, transformer_inputs  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
 
-TOTAL_BUDGET_S = 480
+TOTAL_BUDGET_S = 600
 # Every section's limit; together they fit the total (tests/test_device_check.py checks the sum).
 SECTION_LIMIT_S = {"environment": 15, "build": 100, "flops": 20, "store": 30, "steps": 65, "plan": 15,
                    "checkpointing": 30, "deterministic": 60, "patcher": 20, "latency": 10, "repeat": 15, "rope": 20,
-                   "checksum": 30, "zero2": 50}
+                   "checksum": 30, "zero2": 50, "profile": 30, "env_ab": 90}
 ROPE_SHAPE = {"full": (4, 16, 1176, 128), "tiny": (2, 4, 64, 32)}  # (batch, heads, tokens, head_dim)
 CHECKSUM_REPEATS = 20
 ZERO2_STEPS = 10
 TINY_LIMIT_S = 300  # the whole --tiny run (about a minute and a half on a quiet 2-core CPU)
 BATCHES = (1, 2, 4)
+# env_ab's workload: (heads, blocks, latent frames, patches high, patches wide, text tokens); full = robotwin's
+ENV_AB_SHAPE = {"full": (16, 4, 2, 14, 42, 512), "tiny": (2, 2, 1, 4, 6, 16)}
+ENV_AB_STEPS = 5
 
 
 class SectionTimeout(Exception):
@@ -670,6 +678,83 @@ def zero2(device: torch.device, count: int, tmp: Path) -> dict:
             "agree": loss_diff < 1e-3 and norm_diff < 1e-3, "steps": ZERO2_STEPS, "environment": planned}
 
 
+def profile(state: dict, device: torch.device, tmp: Path) -> dict:
+    """trainer.profile_steps' own profiler (DiT4DiT/training/profiler.py) over 3 batch-1 steps after one warm-up
+    step, with the API the trainer gets on this device (the NPU patch hands it torch_npu.profiler): its top
+    operators by self time (device time on an accelerator), as train.log shows them."""
+    from dataclasses import asdict
+
+    from DiT4DiT.training.profiler import step_profiler
+
+    api = importlib.import_module("torch_npu.profiler" if device.type == "npu" else "torch.profiler")
+    optimizer = torch.optim.AdamW([p for p in state["model"].parameters() if p.requires_grad], lr=1e-5)
+    examples = make_examples(state["cfg"], batch=1, views=state["views"])
+    train_step(state, examples, optimizer, device)
+    with step_profiler(api, "1,3", 0, tmp / "profiled", 0, True, device.type) as profiler:
+        for done in (1, 2, 3):
+            train_step(state, examples, optimizer, device)
+            profiler.step(done)
+    return {"api": api.__name__, "steps": 3, "rows": [asdict(row) for row in profiler.rows or []]}
+
+
+def _env_ab_worker(out: Path, size: str) -> None:
+    """In a fresh process (the variables are read when torch_npu and CANN start): forward and backward through a
+    few Cosmos blocks under bf16 autocast, ENV_AB_STEPS times after two warm-ups; the median step to `out`."""
+    from DiT4DiT.tools.measure_activation_memory import cosmos_transformer, video_inputs
+
+    device = select_device("auto") if size == "full" else torch.device("cpu")
+    heads, blocks, frames, high, wide, text = ENV_AB_SHAPE[size]
+    transformer = cosmos_transformer(heads, blocks, text_projection=False).to(device)
+    inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in video_inputs(transformer, 1, (frames, high, wide),
+                                                                                    text).items()}
+
+    def one() -> float:
+        def run():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type != "cpu"):
+                out_ = transformer(**inputs)
+            (out_[0] if isinstance(out_, tuple) else out_.sample).float().square().mean().backward()
+        return _timed(device, run)[0]
+
+    one(), one()
+    out.write_text(json.dumps({"step_ms": round(statistics.median(one() for _ in range(ENV_AB_STEPS)) * 1e3, 3),
+                               "device": str(device)}))
+
+
+def env_ab(full_size: bool, tmp: Path) -> dict:
+    """Each MindSpeed-MM A3 variable the launcher sets on NPU hosts, unset in turn against all of them set, each
+    setting in its own process: median step of the blocks, and unset / set (above 1: the variable helps)."""
+    import subprocess
+
+    from DiT4DiT.launch.environment import MINDSPEED_A3
+
+    size = "full" if full_size else "tiny"
+
+    def timed(unset: str | None) -> float:
+        env = {**os.environ, **MINDSPEED_A3}
+        if unset:
+            env.pop(unset)
+        out = tmp / f"env_ab_{unset or 'all'}.json"
+        subprocess.run([sys.executable, __file__, "--env-ab-worker", str(out), size], env=env, check=True,
+                       capture_output=True, text=True, timeout=120)
+        return json.loads(out.read_text())["step_ms"]
+
+    all_set = timed(None)
+    rows = {name: {"value": value, "unset_ms": (unset_ms := timed(name)), "all_set_ms": all_set,
+                   "unset_over_set": round(unset_ms / all_set, 3)} for name, value in MINDSPEED_A3.items()}
+    return {"workload": dict(zip(("heads", "blocks", "latent_frames", "patches_high", "patches_wide", "text_tokens"),
+                                 ENV_AB_SHAPE[size])), "steps": ENV_AB_STEPS, "rows": rows}
+
+
+def profile_line(prof: dict) -> str:
+    top = ", ".join(f"{row['name']} {row['share']:.0%}" for row in prof["rows"][:5])
+    return f"profiler ({prof['api']}), 3 steps, top operators by self time: {top}"
+
+
+def env_ab_line(ab: dict) -> str:
+    return "MindSpeed-MM A3 variables, step unset / all set: " + ", ".join(
+        f"{name}={row['value']} {row['unset_over_set']}x" for name, row in ab["rows"].items())
+
+
 def deterministic_line(det: dict) -> str:
     return f"deterministic kernels: step {det['step_ms']['on']} ms on, {det['step_ms']['off']} ms off ({det['on_over_off']}x)"
 
@@ -701,7 +786,7 @@ def latency_line(lat: dict) -> str:
 
 
 SUMMARY_LINES = {"deterministic": deterministic_line, "patcher": patcher_line, "latency": latency_line,
-                 "rope": rope_line, "checksum": checksum_line}
+                 "rope": rope_line, "checksum": checksum_line, "profile": profile_line, "env_ab": env_ab_line}
 
 
 def print_table(data: dict) -> None:
@@ -758,6 +843,10 @@ def print_table(data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--env-ab-worker"]:  # env_ab's own processes
+        _env_ab_worker(Path(argv[1]), argv[2])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--full-size", action="store_true", help="the random-weight full-size model, on a device")
@@ -799,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
                        3 if args.full_size else 2)
             report.run("patcher", limits["patcher"], patcher, state, device, 3 if args.full_size else 2)
             report.run("latency", limits["latency"], latency, state, device, 3 if args.full_size else 2)
+            report.run("profile", limits["profile"], profile, state, device, Path(tmp))
         state.clear()  # the model's memory back before the sections that need none of it (or their own process)
         gc.collect()
         if device.type != "cpu":
@@ -809,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
         report.run("rope", limits["rope"], rope, device, ROPE_SHAPE["full" if args.full_size else "tiny"])
         report.run("checksum", limits["checksum"], checksum, args.full_size, limits["checksum"])
         report.run("zero2", limits["zero2"], zero2, device, env.get("device_count", 1), Path(tmp))
+        report.run("env_ab", limits["env_ab"], env_ab, args.full_size, Path(tmp))
     print_table(report.data)
     print(f"\nwrote {args.out}")
     failed = [name for name, result in report.data["sections"].items() if result["status"] != "ok"]

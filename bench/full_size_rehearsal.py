@@ -159,6 +159,18 @@ def compare(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: 
     return results
 
 
+def round_line(result: dict) -> str:
+    """One timing process's second step: its split, losses and what it trained (or where its log is)."""
+    if "steps" not in result:
+        return f"round {result['round']} {result['side']}: exit {result['exit']}, see {result['log']}"
+    last = result["steps"][-1]
+    return (f"round {result['round']} {result['side']}: step 2 forward {last['forward_s']:.2f} s, backward "
+            f"{last['backward_s']:.2f} s, AdamW {last['optimizer_s']:.2f} s; losses "
+            + ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("loss"))
+            + f"; {result['trainable_parameters']:,} trained parameters in {result['trainable_tensors']} "
+              f"tensors (names {result['trainable_names_sha256'][:12]})")
+
+
 def head_agreement(results: list[dict]) -> str:
     """How far apart ours and the original's action heads sample, for the same weights, features and seed."""
     first = {r["side"]: r.get("head_prediction") for r in results if r["round"] == 1}
@@ -452,15 +464,7 @@ def main() -> None:
               f"snapshot {args.snapshot}\n")
         print(comparison_table(results))
         for result in results:
-            if "steps" in result:
-                last = result["steps"][-1]
-                print(f"round {result['round']} {result['side']}: step 2 forward {last['forward_s']:.2f} s, backward "
-                      f"{last['backward_s']:.2f} s, AdamW {last['optimizer_s']:.2f} s; losses "
-                      + ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("loss"))
-                      + f"; {result['trainable_parameters']:,} trained parameters in {result['trainable_tensors']} "
-                        f"tensors (names {result['trainable_names_sha256'][:12]})")
-            else:
-                print(f"round {result['round']} {result['side']}: exit {result['exit']}, see {result['log']}")
+            print(round_line(result))
         print(head_agreement(results))
     print(f"logs: {work}")
     if not args.keep and args.workdir is None:

@@ -1,12 +1,14 @@
 """One process timing training steps on a fixed batch: ours, or the original DiT4DiT's from a user's checkout.
 
     python bench/step_timing.py prepare --config_yaml Y --out DIR [--key=value ...]
-    python bench/step_timing.py ours --work DIR --result R.json [--steps 2] [--seed 0]
+    python bench/step_timing.py ours --work DIR --result R.json [--steps 2] [--seed 0] [--latents]
     python bench/step_timing.py original --checkout PATH --work DIR --result R.json [--steps 2] [--seed 0]
 
 `prepare` (ours) writes DIR/config.yaml (the config as a run folder records it, which the original reads),
-DIR/batch.pkl (the configured batch of example dicts, the data loader's own) and DIR/action_model.pt (the action
-head as initialised from the seed; everything else comes from the snapshot), and fills our prompt store.
+DIR/batch.pkl (the configured batch of example dicts, the data loader's own), DIR/batch_latents.pkl (the same
+examples as the latent store serves them: each clip's VAE posterior in place of its frames, computed here under the
+steps' autocast) and DIR/action_model.pt (the action head as initialised from the seed; everything else comes from
+the snapshot), and fills our prompt store. `ours --latents` times the steps on batch_latents.pkl (no VAE, no video).
 `ours` builds our framework with its freezing and optimizer; `original` imports the original's framework from its
 checkout, first on sys.path and ours off it (both packages are named DiT4DiT), and freezes with its own
 freeze_backbones and optimizer groups. Both then run `--steps` steps of forward, backward (action loss +
@@ -34,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 # An import failure on the original's side exits with this code and one line; the rehearsal passes it on.
 INCOMPATIBLE = 2
 HEAD = "action_model.pt"
+LATENT_BATCH = "batch_latents.pkl"
 
 
 def rss_gib() -> float:
@@ -101,8 +104,8 @@ def run(model, cfg, batch: list[dict], optimizer, total_of, args, side: str, loa
     Path(args.result).write_text(json.dumps(result, indent=1))
 
 
-def load_batch(work: Path) -> list[dict]:
-    with open(work / "batch.pkl", "rb") as f:
+def load_batch(work: Path, latents: bool = False) -> list[dict]:
+    with open(work / (LATENT_BATCH if latents else "batch.pkl"), "rb") as f:
         return pickle.load(f)
 
 
@@ -136,6 +139,21 @@ def prepare(args, overrides: list[str]) -> None:
     if model.action_model is not None:
         torch.save(model.action_model.state_dict(), out / HEAD)
     model.prepare_prompts([example["lang"] for example in batch])  # the store the timed processes read
+    with open(out / LATENT_BATCH, "wb") as f:
+        pickle.dump(stored_examples(model, cfg, batch), f)
+
+
+def stored_examples(model, cfg, batch: list[dict]) -> list[dict]:
+    """The batch as the latent store serves it: each example's clip posterior (as the store computes it, under the
+    autocast the timed steps run) in place of its frames."""
+    backbone = model.backbone_interface
+    video = torch.stack([torch.stack(example["image"]) for example in batch])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.trainer.mixed_precision == "bf16"):
+        posterior = backbone.extractor.clip_posterior(video, backbone.num_frames_out,
+                                                      with_future=backbone.training_mode != "action")
+    return [{**{k: v for k, v in example.items() if k != "image"},
+             "latents": {"mean": posterior.mean[i].clone(), "std": posterior.std[i].clone()}}
+            for i, example in enumerate(batch)]
 
 
 def build_ours(work: Path):
@@ -157,9 +175,10 @@ def ours(args) -> None:
     start = time.perf_counter()
     model, cfg, optimizer, total_of = build_ours(Path(args.work))
     load_action_head(model, Path(args.work))
-    batch = load_batch(Path(args.work))
+    batch = load_batch(Path(args.work), args.latents)
     model.prepare_prompts([example["lang"] for example in batch])  # read from the store; the encoder released
-    run(model, cfg, batch, optimizer(), total_of, args, "ours", time.perf_counter() - start)
+    run(model, cfg, batch, optimizer(), total_of, args, "ours (latent store)" if args.latents else "ours",
+        time.perf_counter() - start)
 
 
 def import_original(checkout: Path):
@@ -225,6 +244,8 @@ def main() -> None:
         side.add_argument("--result", help="JSON written at the end")
         side.add_argument("--steps", type=int, default=2)
         side.add_argument("--seed", type=int, default=0)
+    sides.choices["ours"].add_argument("--latents", action="store_true",
+                                       help="the batch as the latent store serves it (batch_latents.pkl)")
     sides.choices["original"].add_argument("--checkout", required=True, help="a checkout of the original DiT4DiT")
     sides.choices["original"].add_argument("--check", action="store_true", help="only check that it imports")
     args, overrides = parser.parse_known_args()

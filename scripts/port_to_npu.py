@@ -10,7 +10,8 @@ In each, the tool inserts a guarded `torch_npu` / `transfer_to_npu` import with 
 host without torch_npu falls back to CPU/CUDA; an installed torch_npu that fails to load stops the run
 with one line naming the failed import and the fix), and turns every `torch.autocast("cuda", ...)` into `_npu_autocast(...)`: autocast on npu, falling
 back to the device in use when torch_npu is missing. In train.py it also adds `fused=True` to
-`torch.optim.AdamW(...)` and runs the `__main__` body inside the mx_driving patcher.
+`torch.optim.AdamW(...)`, runs the `__main__` body inside the mx_driving patcher, and hands the step profiler
+(trainer.profile_steps) torch_npu.profiler: each `torch.profiler` becomes `_profiler_api()`.
 
 Sites are found with `ast`. The edits are spliced into the source text at the nodes' exact
 positions, so every other byte is unchanged. Running the tool on a ported tree changes nothing.
@@ -200,6 +201,20 @@ def _mx_driving_patcher():
         yield
 '''
 
+# Only train.py, and only where it profiles (trainer.profile_steps): torch.profiler becomes _profiler_api().
+PROFILER_HELPER = '''
+
+def _profiler_api():
+    """torch_npu.profiler where torch_npu loaded (its own trace format, which MindStudio Insight reads; the device's
+    operators), else torch.profiler."""
+    if _TORCH_NPU_IMPORT_ERROR is None:
+        import torch_npu.profiler
+
+        return torch_npu.profiler
+    return torch.profiler
+'''
+PROFILER = "torch.profiler"
+
 HELPER_IMPORTS = {
     FRAMEWORK: ("functools", "importlib.util", "sys", "warnings"),
     TRAIN: ("contextlib", "functools", "importlib.metadata", "importlib.util", "logging", "os", "sys", "warnings"),
@@ -312,8 +327,16 @@ def _is_main_guard(stmt: ast.stmt) -> bool:
     )
 
 
-def _helpers_for(rel: str) -> str:
-    return AUTOCAST_HELPERS + (PATCHER_HELPER if rel == TRAIN else "")
+def _profiler_nodes(tree: ast.Module) -> list[ast.Attribute]:
+    """The `torch.profiler` expressions of a file, outside the helper that returns it."""
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "_profiler_api"
+              for n in ast.walk(f)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and _dotted(n) == PROFILER and id(n) not in inside]
+
+
+def _helpers_for(rel: str, tree: ast.Module) -> str:
+    train = PATCHER_HELPER + (PROFILER_HELPER if _profiler_nodes(tree) else "") if rel == TRAIN else ""
+    return AUTOCAST_HELPERS + train
 
 
 def _block_imports(rel: str, tree: ast.Module, error_base: str, anchor: ast.stmt) -> str:
@@ -357,14 +380,14 @@ def _header_edits(rel: str, tree: ast.Module, text: _Text, result: Ported, error
     if anchor.end_lineno < len(text.lines) and text.lines[anchor.end_lineno].strip():
         guarded += "\n"  # keep a blank line between the block and the imports that follow
     if helpers_at == guarded_at:
-        return [_Edit(guarded_at, guarded_at, guarded + _helpers_for(rel))]
-    return [_Edit(guarded_at, guarded_at, guarded), _Edit(helpers_at, helpers_at, _helpers_for(rel))]
+        return [_Edit(guarded_at, guarded_at, guarded + _helpers_for(rel, tree))]
+    return [_Edit(guarded_at, guarded_at, guarded), _Edit(helpers_at, helpers_at, _helpers_for(rel, tree))]
 
 
 def _helper_names(rel: str) -> list[str]:
     names = ["_autocast_device", "_npu_autocast"]
     return names + (["_mx_patcher_mode", "_applied_patch_names", "_enter_mx_patcher", "_apply_mx_patcher",
-                     "_mx_driving_patcher"] if rel == TRAIN else [])
+                     "_mx_driving_patcher", "_profiler_api"] if rel == TRAIN else [])
 
 
 def _autocast_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
@@ -423,6 +446,16 @@ def _adamw_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> lis
     return edits
 
 
+def _profiler_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
+    """Each `torch.profiler` the trainer hands its step profiler becomes `_profiler_api()` (none: nothing to do)."""
+    edits = []
+    for node in _profiler_nodes(tree):
+        start, end = text.span(node)
+        edits.append(_Edit(start, end, "_profiler_api()"))
+        result.changes.append(f"{rel}:{node.lineno}: {PROFILER} -> _profiler_api() (torch_npu.profiler on NPU)")
+    return edits
+
+
 def _main_edits(rel: str, tree: ast.Module, text: _Text, result: Ported) -> list[_Edit]:
     guard = next((stmt for stmt in tree.body if _is_main_guard(stmt)), None)
     if guard is None:
@@ -457,7 +490,8 @@ def port_source(rel: str, source: str, error_base: str = "RuntimeError") -> Port
     text, result = _Text(source), Ported(source)
     edits = _header_edits(rel, tree, text, result, error_base) + _autocast_edits(rel, tree, text, result)
     if rel == TRAIN:
-        edits += _adamw_edits(rel, tree, text, result) + _main_edits(rel, tree, text, result)
+        edits += (_adamw_edits(rel, tree, text, result) + _main_edits(rel, tree, text, result)
+                  + _profiler_edits(rel, tree, text, result))
     if result.missing:
         return result
     ported = source

@@ -235,6 +235,12 @@ def test_prompt_store_and_host_memory_estimates(tiny_pipeline_dir, tiny_robotwin
     assert f"{len(tasks)} instructions x 0.0 MiB" in lines["prompt_store"] and str(tmp_path / "store") in lines["prompt_store"]
     assert lines["host_memory"].split()[0] in ("PASS", "WARN") and "16 process(es) x (" in lines["host_memory"]
     assert not (tmp_path / "store").exists()  # estimating writes nothing
+    # The latent store is off in this config: the line still says what it would hold and take to build.
+    clips = sum(json.loads(line)["length"] for path in tiny_robotwin_root.glob("*/meta/episodes.jsonl")
+                for line in path.read_text().splitlines() if line.strip())
+    assert lines["latent_store"].startswith("PASS  latent_store    framework.cosmos25.latent_cache is off")
+    assert f"{clips} clips (9 episodes of 3 datasets)" in lines["latent_store"]
+    assert "h on 16 A3 process(es) at 25% of peak" in lines["latent_store"]
 
 
 @pytest.mark.slow

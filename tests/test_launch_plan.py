@@ -132,6 +132,20 @@ def test_one_npu_node_gets_the_ascend_environment(host, devices, zero_copy, asce
     assert not [p for p in plan.problems if "CANN" in p or "patch" in p or "torch_npu" in p]
 
 
+def test_an_npu_node_gets_mindspeeds_a3_variables_with_their_source_and_yours_win(ascend):
+    """OMP_NUM_THREADS=1, COMBINED_ENABLE=1, ACLNN_CACHE_LIMIT=100000 as MindSpeed-MM's A3 recipes set them, each
+    naming that recipe in the dry run's reason column; an exported value stays."""
+    plan = make([], A3, env=ascend)
+    settings = plan.env.settings
+    assert {name: settings[name].value for name in ("OMP_NUM_THREADS", "COMBINED_ENABLE", "ACLNN_CACHE_LIMIT")} == {
+        "OMP_NUM_THREADS": "1", "COMBINED_ENABLE": "1", "ACLNN_CACHE_LIMIT": "100000"}
+    assert settings["COMBINED_ENABLE"].shown() == ("COMBINED_ENABLE=1  (MindSpeed-MM A3 recipe "
+                                                   "(examples/wan2.1/14b/t2v_A3/pretrain.sh))")
+    yours = make([], A3, env={**ascend, "OMP_NUM_THREADS": "4"})
+    assert yours.env.settings["OMP_NUM_THREADS"].shown() == "OMP_NUM_THREADS=4  (yours)"
+    assert "COMBINED_ENABLE" not in make([], CPU).env.settings
+
+
 def test_torch_and_torch_npu_libraries_go_first_on_the_library_path(ascend, tmp_path):
     libs = {name: str(tmp_path / name / "lib") for name in ("torch", "torch_npu")}
     for folder in libs.values():

@@ -291,3 +291,17 @@ def test_an_offloaded_optimizer_moves_its_state_to_host_memory(real_2b):
     trainable = offloaded.host_offload_gib * GIB * 16 / 16
     assert (on_device.static_gib - offloaded.static_gib) * GIB == pytest.approx(12 / 16 * trainable)
     assert trainable == pytest.approx(sum(SNAPSHOT_PARAMETERS.values()), rel=0.05)  # everything trains in LIBERO
+
+
+def test_each_recomputed_block_trades_its_activations_for_its_input(header_only_2b):
+    """gradient_checkpointing_blocks=N: between 7 and 14 recomputed blocks the estimate falls by 7 blocks' worth of
+    activations less their inputs (and, on an NPU, their RoPE copies), batch 4, one flow-matching pass; 0 is no
+    checkpointing."""
+    seven, fourteen = (estimate_training_memory(header_only_2b, *robotwin(f"trainer.gradient_checkpointing_blocks={n}"),
+                                                16, 3) for n in (7, 14))
+    per_block = (cosmos_block_saved_bytes(2048, 1176, 512, False, 4) - cosmos_block_saved_bytes(2048, 1176, 512, True, 4)
+                 + NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN * 2048 * 1176 * 4)
+    assert (seven.activation_gib - fourteen.activation_gib) * GIB == pytest.approx(7 * per_block)
+    none = estimate_training_memory(header_only_2b, *robotwin("trainer.gradient_checkpointing_blocks=0"), 16, 3)
+    assert none == estimate_training_memory(header_only_2b, *robotwin(), 16, 3)
+    assert none.activation_gib > seven.activation_gib > fourteen.activation_gib

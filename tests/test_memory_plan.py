@@ -172,3 +172,21 @@ def test_preflight_refuses_a_run_that_does_not_fit(real_sizes, tmp_path):
     assert "smallest change that fits: activation checkpointing on: --trainer.enable_gradient_checkpointing=true" in problem
     with pytest.raises(options.UsageError, match="--device_memory_gib=lots"):
         options.parse(["--device_memory_gib=lots"], tmp_path)
+
+
+def test_auto_is_the_fewest_recomputed_blocks_that_fit(real_sizes):
+    """trainer.gradient_checkpointing_blocks=auto on 16 A3 dies: the fewest of the 28 blocks whose estimate fits
+    90% of the die; one fewer does not fit, and the plan of an auto run resolves it so."""
+    framework, trainer, data = sections(ROBOTWIN, "trainer.gradient_checkpointing_blocks=auto")
+    limit = memory_plan.HEADROOM * 35.0
+    blocks = memory_plan.fewest_recomputed_blocks(real_sizes, framework, trainer, data, 16, 3, limit)
+    assert 0 < blocks < 28
+
+    def need(count: int) -> float:
+        return estimate_training_memory(real_sizes, framework, replace(trainer, gradient_checkpointing_blocks=str(count)),
+                                        data, 16, 3).total_gib
+
+    assert need(blocks) <= limit < need(blocks - 1)
+    result = memory_plan.plan(real_sizes, framework, trainer, data, memory_plan.Run(16), 3, free_gib=35.0)
+    assert result.fits and result.current.total_gib == pytest.approx(need(blocks))
+    assert memory_plan.fewest_recomputed_blocks(real_sizes, framework, trainer, data, 16, 3, 1.0) is None

@@ -243,8 +243,13 @@ def test_patched_real_tree_with_fakes(zygote, tmp_path, tiny_pipeline_dir, tiny_
         f"--run_root_dir={tmp_path / 'runs'}", "--run_id=fakes",
         "--trainer.max_train_steps=2", "--trainer.save_interval=2", "--trainer.num_warmup_steps=1",
         "--trainer.logging_frequency=1", "--trainer.eval_interval=2", "--trainer.mixed_precision=bf16",
+        "--trainer.profile_steps=2",
     )
     assert report["exit"] == 0, result.stderr[-3000:]
+    # trainer.profile_steps went through torch_npu.profiler: its output folder, and the table read from it.
+    profile = tmp_path / "runs" / "fakes" / "profile"
+    assert [p.name for p in profile.glob("rank0_*_ascend_pt/ASCEND_PROFILER_OUTPUT/op_statistic.csv")]
+    assert "top operators of steps 2-2 by self time:" in result.stderr and "(AI_CORE)" in result.stderr
     assert report["transfer_to_npu"]
     # bf16 is asked for, but the fake has no NPU device (torch.cuda.is_available(), which the real transfer_to_npu
     # maps to NPU availability, is False): every autocast site stays off instead of warning on each step.

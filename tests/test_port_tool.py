@@ -214,3 +214,16 @@ def test_ported_fixture_trains_on_cpu_without_torch_npu(tmp_path):
     assert result.stderr.count(f"RuntimeWarning: {fallback}") == 1
     assert result.stderr.count("RuntimeWarning: mx_driving is not importable") == 1
     assert "CPU Autocast only supports" not in result.stderr and "CUDA is not available" not in result.stderr
+
+
+def test_the_step_profiler_gets_torch_npu_profiler_and_a_second_port_changes_nothing():
+    """Our train.py hands torch.profiler to its step profiler (trainer.profile_steps): ported, it hands
+    _profiler_api() (torch_npu.profiler with torch_npu), whose helper comes only to a file that profiles."""
+    ours = (Path(__file__).resolve().parents[1] / TRAIN).read_text()
+    ported = port_to_npu.port_source(TRAIN, ours, "DiT4DiTError")
+    assert not ported.missing and port_to_npu.PROFILER_HELPER in ported.source
+    assert port_to_npu._profiler_nodes(ast.parse(ported.source)) == []  # none left outside the helper
+    assert "step_profiler(_profiler_api()," in ported.source
+    assert port_to_npu.port_source(TRAIN, ported.source, "DiT4DiTError").source == ported.source
+    original = port_to_npu.port_source(TRAIN, snapshot(FIXTURE)[TRAIN])
+    assert "_profiler_api" not in original.source

@@ -16,6 +16,7 @@ from DiT4DiT.model.freezing import freeze_modules
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.prompt_store import PromptStore, PromptStoreError
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline
+from helpers.adamw_steps import step_losses
 from helpers.cli_runs import run_tree
 from helpers.training_runs import rendezvous_port
 
@@ -148,17 +149,7 @@ def test_store_losses_equal_per_step_encoding_bitwise(tiny_model_cfg, tiny_examp
         model = frozen_model(cfg)
         examples = tiny_examples(cfg, batch=3)
         model.prepare_prompts([e["lang"] for e in examples])
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-        torch.manual_seed(1)
-        values = []
-        for _ in range(3):
-            step = model(examples)
-            total = step["action_loss"] + step["future_video_loss"]
-            optimizer.zero_grad()
-            total.backward()
-            optimizer.step()
-            values += [step["action_loss"].item(), step["future_video_loss"].item()]
-        return values
+        return step_losses(model, examples)
 
     assert losses() == losses("framework.cosmos25.prompt_cache=false")
 

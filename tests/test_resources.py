@@ -63,3 +63,28 @@ def test_the_tiny_run_fits_and_more_workers_than_cores_is_a_warning(tiny_pipelin
 def test_the_first_step_says_how_long_the_run_takes():
     assert time_to_finish(11, 10, 100_010, 2.5) == ("step 11 of 100010 took 2.50 s: the 99999 steps left take about "
                                                    "69 h 26 min at this pace")
+
+
+def test_auto_recomputes_as_many_blocks_as_the_device_needs(tmp_path, monkeypatch):
+    """trainer.gradient_checkpointing_blocks=auto at the 2B sizes (robotwin, batch 4, 3 views): a CPU has no device
+    memory to plan for (none); a GPU just large enough for the estimate with 9 blocks recomputed gets 9; one too
+    small for all of them gets all 28, and says so."""
+    from dataclasses import replace
+
+    from DiT4DiT.memory_estimate import estimate_training_memory
+    from DiT4DiT.tools.full_size_cosmos import write_shapes_only
+    from DiT4DiT.training import resources
+
+    sizes = write_shapes_only(tmp_path / "shapes")
+    framework, trainer, data = run_sections("DiT4DiT/config/robotwin/dit4dit_robotwin.yaml",
+                                            f"framework.cosmos25.base_model={sizes}",
+                                            "trainer.gradient_checkpointing_blocks=auto")
+    assert resources.auto_recomputed_blocks(framework, trainer, data, 16, torch.device("cpu")) == (
+        0, "none of 28: on cpu there is no device memory to plan for")
+    nine = estimate_training_memory(sizes, framework, replace(trainer, gradient_checkpointing_blocks="9"), data, 16, 3,
+                                    device_kind="cuda").total_gib
+    monkeypatch.setattr(resources, "device_total_bytes", lambda device: nine / 0.9 * 2**30 * 1.0000001)
+    assert resources.auto_recomputed_blocks(framework, trainer, data, 16, torch.device("cuda"))[0] == 9
+    monkeypatch.setattr(resources, "device_total_bytes", lambda device: 2**30)
+    blocks, why = resources.auto_recomputed_blocks(framework, trainer, data, 16, torch.device("cuda"))
+    assert blocks == 28 and why.startswith("all 28, and still over")

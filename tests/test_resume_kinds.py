@@ -174,3 +174,19 @@ def test_a_sincos_run_stopped_and_resumed_ends_bitwise_equal(stop, libero, tiny_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr
     assert_ends_equal(run_dir, straight)
+
+
+def test_an_augmented_run_resumes_bitwise(tiny_pipeline_dir, tmp_path):
+    """oxe_droid crops and jitters its frames in training (the original's transforms), each sample's draw from the
+    data seed: a run continued from its step-3 state draws what the uninterrupted run drew, and ends equal."""
+    dataset = generate_lerobot("oxe_droid", tmp_path / "data" / "droid", episodes=3, frames=(10, 14))
+    overrides = (*data_overrides(dataset, "oxe_droid"), *SIX_STEPS)
+    straight = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "straight", *overrides)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert "image augmentation crop 0.95" in straight.stderr
+    shutil.copytree(tmp_path / "runs/straight", tmp_path / "runs/killed")
+    as_killed_after(tmp_path / "runs/killed", 3)
+    resumed = train_in_process(tiny_pipeline_dir, tmp_path, tmp_path / "runs", "killed", *overrides,
+                               "--trainer.is_resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_ends_equal(tmp_path / "runs/killed", tmp_path / "runs/straight")

@@ -43,6 +43,8 @@ NULL_MEANS_THE_SAME = {
     "trainer.reload_modules", "trainer.freeze_modules",
     "trainer.closed_loop_eval.python",  # ours alone (the default: this checkout's .venv-metaworld); the original reads no closed_loop_eval
     "trainer.closed_loop_eval.device_id",  # ours alone (the default: the first device training leaves free)
+    # ours alone (the original reads none of them): the latent store's folder, checkpointing's block count, profiling
+    "framework.cosmos25.latent_store_dir", "trainer.gradient_checkpointing_blocks", "trainer.profile_steps",
 }
 # The tiny model, at the widths the data configs need (padded to these).
 TINY_MODEL = [

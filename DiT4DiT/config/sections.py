@@ -73,6 +73,12 @@ class FrameworkCosmos25Section:
     prompt_cache: bool = key(True, "run the text encoder once per unique instruction and reuse the embedding")
     prompt_store_dir: str | None = key(None, "prompt-embedding store (default: <datasets.vla_data.cache_dir>/"
                                        "prompt_embeddings); local disk per node or a shared filesystem")
+    latent_cache: bool = key(False, "encode every clip a sample can draw once with the frozen VAE (before step 1, or "
+                             "python -m DiT4DiT.tools.latent_store) and train from the stored posteriors: no video "
+                             "decode and no VAE per step; needs a frozen VAE, a latent future loss and no random image "
+                             "augmentation")
+    latent_store_dir: str | None = key(None, "VAE latent store (default: <datasets.vla_data.cache_dir>/vae_latents); "
+                                       "local disk per node or a shared filesystem")
     flow_matching: FrameworkCosmos25FlowMatchingSection = field(default_factory=FrameworkCosmos25FlowMatchingSection)
 
 
@@ -153,6 +159,21 @@ class FrameworkSection:
 
 
 @dataclass(frozen=True)
+class DatasetsVlaDataImageAugmentationSection:
+    """datasets.vla_data.image_augmentation"""
+
+    apply: Literal["data_config", "all", "none"] = key(
+        "data_config", "whose training frames are augmented: data_config (each data config's own, as the original: "
+        "oxe_droid crops and jitters, the others do nothing), all (every dataset, with the values below) or none")
+    crop_scale: float = key(0.95, "crop this share of each side (random in training, centred at evaluation), then "
+                            "resize to image_size", min=0.01, max=1.0)
+    brightness: float = key(0.3, "training brightness factor drawn from [1 - x, 1 + x]", min=0.0)
+    contrast: float = key(0.4, "training contrast factor drawn from [1 - x, 1 + x]", min=0.0)
+    saturation: float = key(0.5, "training saturation factor drawn from [1 - x, 1 + x]", min=0.0)
+    hue: float = key(0.08, "training hue shift drawn from [-x, x] (of a full turn)", min=0.0, max=0.5)
+
+
+@dataclass(frozen=True)
 class DatasetsVlaDataSection:
     """datasets.vla_data"""
 
@@ -196,6 +217,8 @@ class DatasetsVlaDataSection:
     cache_dir: str | None = key(None, "where statistics and step indexes are cached (default: ~/.cache/dit4dit)")
     skip_non_finite_episodes: bool = key(False, "leave out episodes with NaN/Inf state or action values (counted) "
                                          "instead of stopping")
+    image_augmentation: DatasetsVlaDataImageAugmentationSection = field(
+        default_factory=DatasetsVlaDataImageAugmentationSection)
 
 
 @dataclass(frozen=True)
@@ -329,6 +352,12 @@ class TrainerSection:
     text_encoder_gradient_checkpointing: bool = key(
         False, "when the text encoder trains (not in freeze_modules): recompute its layers in the backward pass, "
         "keeping each layer's output only (transformers' gradient_checkpointing_enable)")
+    gradient_checkpointing_blocks: str | None = key(
+        None, "recompute only the first N Cosmos transformer blocks (a count, or auto: the fewest the memory plan "
+        "needs on the device in use); null: all of them with enable_gradient_checkpointing, else none. The action "
+        "head follows enable_gradient_checkpointing")
+    profile_steps: str | None = key(None, "optimizer steps to profile, e.g. 10,12: their trace in <run_dir>/profile "
+                                    "(torch.profiler; torch_npu.profiler on NPU) and their top operators in train.log")
     ignore_resource_check: bool = key(False, "start even when the memory estimate exceeds what this machine has "
                                       "(experts: the estimate is conservative)")
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)

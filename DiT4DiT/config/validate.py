@@ -15,7 +15,8 @@ from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
 from DiT4DiT.config.sections import FrameworkActionModelSection
 from DiT4DiT.config.typed import section
-from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, latent_frame_count, num_output_frames
+from DiT4DiT.facts import (AUTO, FRAME_SIDE_MULTIPLE, PIXEL_LOSS_TYPES, VAE_MODULE, is_under, latent_frame_count,
+                           module_paths, num_output_frames)
 from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
@@ -64,6 +65,33 @@ def run_dir_of(run_root_dir: str, run_id: str) -> Path:
     return root / run_id
 
 
+def profiled_steps(text: str | None) -> tuple[int, int] | None:
+    """trainer.profile_steps "a,b" (or "a", one step) as (first, last) optimizer step; None when unset."""
+    if text is None or str(text).strip() == "":
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    _require(len(parts) in (1, 2) and all(p.isdigit() for p in parts),
+             f"trainer.profile_steps={text!r}: give the first and last optimizer step to profile, e.g. 10,12 (or one "
+             "step, e.g. 10)")
+    first, last = int(parts[0]), int(parts[-1])
+    _require(1 <= first <= last, f"trainer.profile_steps={text!r}: steps count from 1, and the first comes first")
+    return first, last
+
+
+def latent_cache_refusal(cfg: DictConfig) -> str | None:
+    """Why framework.cosmos25.latent_cache cannot hold this run's VAE outputs (one line), or None when it can. A
+    random image augmentation is the data's to say (DiT4DiT/dataloader/config_checks.py)."""
+    cosmos = cfg.framework.cosmos25
+    if not is_under(VAE_MODULE, module_paths(cfg.trainer.freeze_modules)):
+        return (f"framework.cosmos25.latent_cache needs a frozen VAE (a stored posterior carries no gradient): add "
+                f"{VAE_MODULE} to trainer.freeze_modules, or set latent_cache=false")
+    if cosmos.training != "action" and cosmos.future_loss_type in PIXEL_LOSS_TYPES:
+        return (f"framework.cosmos25.latent_cache: future_loss_type={cosmos.future_loss_type} compares decoded frames "
+                "with the video's pixels, which the store does not hold; use a latent loss (flow_matching, latent_mse) "
+                "or set latent_cache=false")
+    return None
+
+
 def check_rules(cfg: DictConfig) -> None:
     """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
@@ -102,6 +130,16 @@ def check_rules(cfg: DictConfig) -> None:
              f"datasets.vla_data.image_size={data.image_size}: Cosmos needs frame sides that are multiples of "
              f"{FRAME_SIDE_MULTIPLE}; use e.g. {max(FRAME_SIDE_MULTIPLE, data.image_size // FRAME_SIDE_MULTIPLE * FRAME_SIDE_MULTIPLE)}")
     _require(len(data.video_delta_indices) >= 1, "datasets.vla_data.video_delta_indices: give at least one frame offset")
+    blocks = trainer.gradient_checkpointing_blocks
+    _require(blocks is None or blocks == AUTO or str(blocks).isdigit(),
+             f"trainer.gradient_checkpointing_blocks={blocks!r}: give a count of blocks (e.g. 14), auto (the fewest the "
+             "memory plan needs on this device) or null (as trainer.enable_gradient_checkpointing says)")
+    profiled = profiled_steps(trainer.profile_steps)
+    _require(profiled is None or profiled[1] <= trainer.max_train_steps,
+             f"trainer.profile_steps={trainer.profile_steps}: the run ends at step {trainer.max_train_steps}; profile "
+             "steps within it")
+    refusal = latent_cache_refusal(cfg) if cosmos.latent_cache else None
+    _require(refusal is None, refusal)
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
              "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
              "own training state; unset one of them")
@@ -122,6 +160,10 @@ def check_backbone_fits(cfg: DictConfig) -> None:
     _require(cosmos.vl_hidden_dim == shape.hidden_size,
              f"framework.cosmos25.vl_hidden_dim={cosmos.vl_hidden_dim} but the transformer in {cosmos.base_model} "
              f"is {shape.hidden_size} wide; set vl_hidden_dim to {shape.hidden_size}")
+    blocks = cfg.trainer.gradient_checkpointing_blocks
+    _require(blocks in (None, AUTO) or int(blocks) <= shape.num_blocks,
+             f"trainer.gradient_checkpointing_blocks={blocks}: the transformer in {cosmos.base_model} has "
+             f"{shape.num_blocks} blocks; give at most {shape.num_blocks}")
     frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
     # joint and video train the transformer only through the future frames: with none, nothing reaches it, and
     # DDP stops at the second step with "parameters that were not used in producing loss".

@@ -14,6 +14,7 @@ from DiT4DiT.dataloader.cache import cache_root
 from DiT4DiT.dataloader.data_configs import DataConfig
 from DiT4DiT.dataloader.dataset import EpisodeSteps, MixtureDataset, SampleShape
 from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.image_augmentation import augmentation_of
 from DiT4DiT.dataloader.index import DatasetIndex, check_widths, load_index
 from DiT4DiT.dataloader.mixtures import MixtureEntry, is_path, mixture_presence, resolve_data_mix
 from DiT4DiT.dataloader.modality import attach_modality, choose_config
@@ -173,9 +174,10 @@ def build_vla_datasets(vla: DatasetsVlaDataSection, action_horizon: int, seed: i
         weights.append(entry.weight)
         indexed.append((steps, index))
     views = _views(vla, indexed)
-    for (steps, index), source in zip(indexed, sources):
+    augmentations = [augmentation_of(steps.config.augmentation, vla.image_augmentation) for steps, _ in indexed]
+    for (steps, index), source, augmentation in zip(indexed, sources, augmentations):
         log.info(dataset_line(steps, index, holdout=vla.holdout_episodes, views=views, modality=source,
-                              statistics=vla.statistics))
+                              statistics=vla.statistics, augmentation=augmentation))
     statistics, normalizers = {}, {}
     for tag in dict.fromkeys(steps.config.embodiment_tag for steps, _ in indexed):
         statistics[tag], normalizers[tag] = _tag_statistics([m for m in indexed if m[0].config.embodiment_tag == tag])
@@ -186,7 +188,8 @@ def build_vla_datasets(vla: DatasetsVlaDataSection, action_horizon: int, seed: i
     for split in splits:
         parts = [_split_steps(steps, index, shape, vla.holdout_episodes, split) for steps, index in indexed]
         datasets[split] = MixtureDataset(parts, weights, normalizers, statistics, instructions, shape, seed, decode,
-                                         views=views, mask_padded_actions=vla.mask_padded_actions)
+                                         views=views, mask_padded_actions=vla.mask_padded_actions,
+                                         augmentations=augmentations, training=split == "train")
     return datasets
 
 

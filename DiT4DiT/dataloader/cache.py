@@ -24,12 +24,16 @@ def cache_root(configured: str | os.PathLike | None) -> Path:
     return Path.home() / ".cache" / "dit4dit"
 
 
-def prompt_store_root(prompt_store_dir: str | None, cache_dir: str | None) -> Path:
-    """framework.cosmos25.prompt_store_dir, else <datasets.vla_data.cache_dir>/prompt_embeddings.
+STORE_FOLDERS = {"prompt": "prompt_embeddings", "latent": "vae_latents"}
 
-    Here, beside cache_root and free of torch, so that the doctor can place the store without importing it.
+
+def store_root(kind: str, store_dir: str | None, cache_dir: str | None) -> Path:
+    """Where the `kind` store ("prompt", "latent") lives: framework.cosmos25.<kind>_store_dir, else
+    <datasets.vla_data.cache_dir>/prompt_embeddings or vae_latents.
+
+    Here, beside cache_root and free of torch, so that the doctor can place the stores without importing them.
     """
-    return Path(prompt_store_dir).expanduser() if prompt_store_dir else cache_root(cache_dir) / "prompt_embeddings"
+    return Path(store_dir).expanduser() if store_dir else cache_root(cache_dir) / STORE_FOLDERS[kind]
 
 
 def fingerprint(layout: DatasetLayout, settings: dict) -> str:

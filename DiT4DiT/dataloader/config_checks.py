@@ -13,6 +13,7 @@ from pathlib import Path
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
+from DiT4DiT.dataloader.image_augmentation import augmentation_of
 from DiT4DiT.dataloader.mixtures import DATASET_NAMED_MIXTURES, is_path, resolve_data_mix
 
 
@@ -47,6 +48,23 @@ def check_data_configs(data: DatasetsVlaDataSection, chunk: int | None) -> None:
                  f"{horizon} steps, but framework.action_model.future_action_window_size + 1 = {chunk}; set "
                  f"framework.action_model.future_action_window_size={(horizon or 1) - 1} or use a data config whose "
                  "chunk follows the window (e.g. robotwin)")
+
+
+def check_latent_cache(data: DatasetsVlaDataSection) -> None:
+    """framework.cosmos25.latent_cache with augmented frames is refused: a stored posterior is one draw, the same
+    every epoch. Named data configs here; `auto` ones when the datasets are read (MixtureDataset.use_latents)."""
+    names = [data.data_config]
+    if not is_path(data.data_mix) and data.data_mix in DATASET_NAMED_MIXTURES:
+        names = [e.data_config for e in DATASET_NAMED_MIXTURES[data.data_mix]]
+    configs = [DATA_CONFIGS[n] for n in dict.fromkeys(names) if n in DATA_CONFIGS]
+    augmented = [c.name for c in configs if augmentation_of(c.augmentation, data.image_augmentation) is not None]
+    if data.image_augmentation.apply == "all" or augmented:
+        why = (f"data config '{augmented[0]}' augments its frames (as the original's does)"
+               if data.image_augmentation.apply == "data_config" else
+               "datasets.vla_data.image_augmentation.apply=all augments every dataset's frames")
+        raise ConfigError(f"framework.cosmos25.latent_cache: {why}, and a stored posterior would be the same draw every "
+                          "epoch; set datasets.vla_data.image_augmentation.apply=none to train without augmentation, or "
+                          "framework.cosmos25.latent_cache=false")
 
 
 def check_folder_path(key: str, folder: Path) -> None:

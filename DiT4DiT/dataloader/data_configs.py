@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from DiT4DiT.dataloader.image_augmentation import OXE_DROID, ImageAugmentation
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -14,7 +16,8 @@ class DataConfig:
     robot's LeRobot datasets store the keys in `observation.state` / `action`: (key, width) in column order, which
     is what a modality.json derived from info.json slices. `views` is how several cameras are combined:
     `side_by_side` (one wide frame per time step) or `as_frames` (each camera's frames as extra time steps, the
-    original's layout for configs with two non-wrist cameras).
+    original's layout for configs with two non-wrist cameras). `augmentation` is the image augmentation the
+    original's data config applies (its video transforms), None for none.
     """
 
     name: str
@@ -28,6 +31,7 @@ class DataConfig:
     action_layout: tuple[tuple[str, int], ...]
     action_horizon: int | None = None
     views: str = "side_by_side"
+    augmentation: ImageAugmentation | None = None
 
     def ordered_video_keys(self) -> tuple[str, ...]:
         """Primary views first, then wrist views, each group in config order (the side-by-side order)."""
@@ -46,7 +50,7 @@ VIEW_LAYOUTS = ("side_by_side", "as_frames")
 def _config(name: str, *, video: tuple[str, ...], state: tuple[str, ...], action: tuple[str, ...], modes: dict[str, str],
             tag: str, widths: dict[str, int], stored_order: tuple[str, ...] | None = None,
             language: str = TASK_DESCRIPTION, action_horizon: int | None = None,
-            views: str = "side_by_side") -> DataConfig:
+            views: str = "side_by_side", augmentation: ImageAugmentation | None = None) -> DataConfig:
     """A data config from short key names (`video.`/`state.`/`action.` added); keys without a mode stay raw,
     as in the original, where a key missing from normalization_modes is passed through unchanged. `widths` gives
     each short key's width; `stored_order` the keys' order in the dataset columns when it is not the config's."""
@@ -64,7 +68,7 @@ def _config(name: str, *, video: tuple[str, ...], state: tuple[str, ...], action
     return DataConfig(name=name, video_keys=keys["video"], state_keys=keys["state"], action_keys=keys["action"],
                       language_key=language, normalization=normalization, embodiment_tag=tag,
                       state_layout=layout(state), action_layout=layout(action), action_horizon=action_horizon,
-                      views=views)
+                      views=views, augmentation=augmentation)
 
 
 def _each(prefix: str, keys: tuple[str, ...], mode: str) -> dict[str, str]:
@@ -113,7 +117,8 @@ DATA_CONFIGS: dict[str, DataConfig] = {
                                 "action.gripper_position": "binary"},
                          tag="oxe_droid", language="annotation.language.language_instruction",
                          widths={"eef_position": 3, "eef_rotation": 4, "gripper_position": 1,
-                                 "eef_position_delta": 3, "eef_rotation_delta": 3}, views="as_frames"),
+                                 "eef_position_delta": 3, "eef_rotation_delta": 3}, views="as_frames",
+                         augmentation=OXE_DROID),
     "oxe_bridge": _config("oxe_bridge", video=("image_0",), state=LIBERO_STATE, action=OXE_ACTION,
                           modes={**_each("state", LIBERO_STATE[:-1], "q99"), "state.gripper": "binary",
                                  **_each("action", POSE, "q99"), "action.gripper": "binary"}, tag="oxe_bridge",

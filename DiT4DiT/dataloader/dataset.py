@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 
 from DiT4DiT.dataloader.data_configs import DataConfig
 from DiT4DiT.dataloader.errors import DataError
+from DiT4DiT.dataloader.image_augmentation import ImageAugmentation, augment_views, draw
 from DiT4DiT.dataloader.images import decode_images
 from DiT4DiT.dataloader.reader import DatasetLayout, EpisodeCache, Slice
 from DiT4DiT.dataloader.transforms import Normalizer
@@ -69,6 +71,8 @@ class EpisodeSteps:
         """Use these episodes (with their row counts) as the steps."""
         self.episodes = np.asarray(sorted(episodes), dtype=np.int64)
         self.ends = np.cumsum([lengths[e] for e in self.episodes], dtype=np.int64)
+        self.lengths = {int(e): int(lengths[e]) for e in self.episodes}
+        self._names: dict[int, str] = {}  # episode_name, computed once per process
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
@@ -83,7 +87,8 @@ class EpisodeSteps:
         return [self.layout.video_path(e, key) for e in self.episodes for key in self.video_keys
                 if not self.layout.video_path(e, key).is_file()]
 
-    def read(self, step: int, decode: FrameDecoder) -> RawStep:
+    def read(self, step: int, decode: FrameDecoder, frames: bool = True) -> RawStep:
+        """The step's state, action chunk, instruction and (`frames`) its cameras' frames."""
         episode, t = self.locate(step)
         table = self._tables.get(episode)
         length = len(table["timestamp"])
@@ -91,20 +96,43 @@ class EpisodeSteps:
         rows = t + np.arange(self.shape.action_horizon)
         action = np.concatenate([_rows(table[s.column][:, s.start:s.end], rows, s.absolute)
                                  for s in self.action_slices], axis=1)
-        # Frames past the episode's ends repeat its first / last frame.
-        frames = np.clip(t + np.asarray(self.shape.video_offsets), 0, length - 1)
-        timestamps = np.asarray(table["timestamp"], dtype=np.float64)[frames]
-        images = self._images.get(episode) if self._images else {}
-        where = f"{self.layout.parquet_path(episode)}: episode {episode}"
-        views = [decode_images(images[key], frames, self.layout.root, f"{where}, column '{key}'") if key in images
-                 else decode(self.layout.video_path(episode, key), timestamps + self.layout.video_start(episode, key),
-                             fps=self.fps[key], episode=episode) for key in self.camera_keys]
+        views = self.frames(episode, self.frame_rows(t, length), decode) if frames else []
         task = int(table[self.language_column][t])
         if task not in self.layout.tasks:
-            raise DataError(f"{where}, frame {t}: task index {task} is not in "
-                            f"{self.layout.meta_path('tasks.jsonl')}; add it there")
+            raise DataError(f"{self.layout.parquet_path(episode)}: episode {episode}, frame {t}: task index {task} is "
+                            f"not in {self.layout.meta_path('tasks.jsonl')}; add it there")
         return RawStep(state=state, action=action, views=views, lang=self.layout.tasks[task],
                        action_in_episode=rows < length)
+
+    def frame_rows(self, t: int, length: int) -> np.ndarray:
+        """The episode rows of step t's frames; frames past the episode's ends repeat its first / last frame."""
+        return np.clip(t + np.asarray(self.shape.video_offsets), 0, length - 1)
+
+    def frames(self, episode: int, rows: np.ndarray, decode: FrameDecoder) -> list[np.ndarray]:
+        """The frames at `rows` of the episode, per camera in side-by-side order: (len(rows), H, W, 3) uint8."""
+        table = self._tables.get(episode)
+        timestamps = np.asarray(table["timestamp"], dtype=np.float64)[rows]
+        images = self._images.get(episode) if self._images else {}
+        where = f"{self.layout.parquet_path(episode)}: episode {episode}"
+        return [decode_images(images[key], rows, self.layout.root, f"{where}, column '{key}'") if key in images
+                else decode(self.layout.video_path(episode, key), timestamps + self.layout.video_start(episode, key),
+                            fps=self.fps[key], episode=episode) for key in self.camera_keys]
+
+    def episode_length(self, episode: int) -> int:
+        return self.lengths[episode]
+
+    def episode_name(self, episode: int) -> str:
+        """What identifies an episode's clips in the latent store: the dataset, the episode and its length, the
+        cameras in order, and the size and mtime of the files its frames come from (a re-encoded video is new)."""
+        name = self._names.get(episode)
+        if name is None:
+            files = sorted({self.layout.video_path(episode, key) for key in self.video_keys}
+                           | ({self.layout.parquet_path(episode)} if self.image_keys else set()))
+            stats = [[str(f.relative_to(self.layout.root)), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+            name = json.dumps({"dataset": self.layout.name, "episode": episode, "rows": self.lengths[episode],
+                               "cameras": self.camera_keys, "files": stats}, sort_keys=True)
+            self._names[episode] = name
+        return name
 
     def slices(self) -> dict[str, Slice]:
         keys = self.config.state_keys + self.config.action_keys
@@ -151,7 +179,8 @@ class MixtureDataset(torch.utils.data.Dataset):
     def __init__(self, parts: Sequence[EpisodeSteps], weights: Sequence[float],
                  normalizers: dict[str, tuple[Normalizer, Normalizer]], statistics: dict, instructions: Sequence[str],
                  shape: SampleShape, seed: int, decode: FrameDecoder, views: str = "side_by_side",
-                 mask_padded_actions: bool = False):
+                 mask_padded_actions: bool = False, augmentations: Sequence[ImageAugmentation | None] | None = None,
+                 training: bool = True):
         self.parts = list(parts)
         raw = np.asarray(weights, dtype=np.float64)
         self.weights = raw / raw.sum()
@@ -164,6 +193,11 @@ class MixtureDataset(torch.utils.data.Dataset):
         self.shape, self.seed, self.epoch = shape, int(seed), 0
         self.frame_decoder = decode  # replaceable, e.g. by a benchmark's baseline decoder
         self.views, self.mask_padded_actions = views, mask_padded_actions
+        self.latents = None  # the latent store the samples read their clips' posteriors from, once filled
+        # Per dataset: its image augmentation (image_augmentation.py), drawn per sample in training, the evaluation
+        # transform otherwise (the held-out split).
+        self.augmentations = list(augmentations or [None] * len(self.parts))
+        self.training = training
 
     def __len__(self) -> int:
         return self._length
@@ -177,32 +211,64 @@ class MixtureDataset(torch.utils.data.Dataset):
     def statistics(self) -> dict:
         return copy.deepcopy(self._statistics)
 
-    def choose(self, index: int) -> tuple[int, int]:
-        """(dataset position, step) of item `index`, from a generator seeded by a hash of (seed, epoch, index)."""
+    def sample_layout(self) -> dict:
+        """What shapes a sample's clip: the image size, the camera layout, the frame offsets (the latent store's key)."""
+        return {"image_size": self.shape.image_size, "views": self.views, "video_offsets": list(self.shape.video_offsets)}
+
+    def latent_episodes(self) -> list:
+        """Every episode of the mixture as the latent store encodes it (EpisodeClips)."""
+        from DiT4DiT.dataloader.episode_clips import EpisodeClips
+
+        return [EpisodeClips(part, int(e), self.frame_decoder, self.views) for part in self.parts for e in part.episodes]
+
+    def use_latents(self, store) -> None:
+        """From now on samples carry `latents` ({"mean", "std"}: their clip's posterior, from `store`, a filled
+        LatentStore) in place of `image`, and no video is decoded."""
+        augmented = [part for part, a in zip(self.parts, self.augmentations) if a is not None]
+        if augmented:
+            raise DataError(f"framework.cosmos25.latent_cache: {augmented[0].layout.root} is read through data config "
+                            f"'{augmented[0].config.name}', whose frames are augmented (a stored posterior would be the "
+                            "same every epoch); set datasets.vla_data.image_augmentation.apply=none to train it without "
+                            "augmentation, or framework.cosmos25.latent_cache=false")
+        self.latents = store
+
+    def _generators(self, index: int) -> tuple[np.random.Generator, np.random.Generator]:
+        """Item `index`'s two generators, seeded by a hash of (seed, epoch, index): one picks its step, the other
+        draws its image augmentation."""
         digest = hashlib.sha256(f"{self.seed}:{self.epoch}:{index}".encode()).digest()
-        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        return tuple(np.random.default_rng(int.from_bytes(digest[at:at + 8], "little")) for at in (0, 8))
+
+    def choose(self, index: int) -> tuple[int, int]:
+        """(dataset position, step) of item `index`, from its own generator (a hash of (seed, epoch, index))."""
+        rng = self._generators(index)[0]
         part = int(rng.choice(len(self.parts), p=self.weights))
         return part, int(rng.integers(len(self.parts[part])))
+
+    def _views(self, index: int, position: int, views: list[np.ndarray]) -> list[torch.Tensor]:
+        """A sample's frames: its cameras augmented as its dataset's augmentation says, then combined."""
+        augmentation = self.augmentations[position]
+        if augmentation is not None:
+            chosen = draw(augmentation, self._generators(index)[1]) if self.training else None
+            views = augment_views(views, augmentation, self.shape.image_size, chosen)
+        return combine_views(views, self.shape.image_size, self.views)
 
     def __getitem__(self, index: int) -> dict:
         if not 0 <= index < self._length:
             raise IndexError(f"index {index} out of range for a dataset of {self._length} samples")
         position, step = self.choose(index)
         part = self.parts[position]
-        raw = part.read(step, self.frame_decoder)
+        raw = part.read(step, self.frame_decoder, frames=self.latents is None)
         state_norm, action_norm = self.normalizers[part.config.embodiment_tag]
         state, state_mask = _padded(state_norm.normalize(raw.state)[None, :], self.shape.max_state_dim)
         action, action_mask = _padded(action_norm.normalize(raw.action), self.shape.max_action_dim)
         if self.mask_padded_actions:
             action_mask &= raw.action_in_episode[:, None]
-        return {
-            "image": combine_views(raw.views, self.shape.image_size, self.views),
-            "lang": raw.lang,
-            "action": action,
-            "action_mask": action_mask,
-            "state": state,
-            "state_mask": state_mask,
-        }
+        example = {"lang": raw.lang, "action": action, "action_mask": action_mask, "state": state,
+                   "state_mask": state_mask}
+        if self.latents is None:
+            return {"image": self._views(index, position, raw.views), **example}
+        episode, t = part.locate(step)
+        return {"latents": self.latents.posterior(part.episode_name(episode), t), **example}
 
 
 def collate_fn(examples: list[dict]) -> list[dict]:

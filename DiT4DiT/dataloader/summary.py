@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from DiT4DiT.dataloader.dataset import EpisodeSteps
+from DiT4DiT.dataloader.image_augmentation import ImageAugmentation
 from DiT4DiT.dataloader.index import DatasetIndex
 from DiT4DiT.dataloader.meta_schema import image_size
 
@@ -18,8 +19,17 @@ def _cameras(steps: EpisodeSteps) -> str:
     return ", ".join(parts)
 
 
+def augmentation_words(augmentation: ImageAugmentation | None) -> str:
+    if augmentation is None:
+        return "no image augmentation"
+    a = augmentation
+    return (f"image augmentation crop {a.crop_scale:g} (random in training, centred at evaluation), resize, colour "
+            f"jitter brightness {a.brightness:g} contrast {a.contrast:g} saturation {a.saturation:g} hue {a.hue:g} "
+            "(training only)")
+
+
 def dataset_line(steps: EpisodeSteps, index: DatasetIndex, *, holdout: int, views: str, modality: str,
-                 statistics: str) -> str:
+                 statistics: str, augmentation: ImageAugmentation | None = None) -> str:
     layout = steps.layout
     version = str(layout.info.get("codebase_version") or VERSION_NAMES[layout.version])
     held = (f"{holdout} held out for the eval action MSE: datasets.vla_data.holdout_episodes={holdout}, 0 trains on "
@@ -33,4 +43,4 @@ def dataset_line(steps: EpisodeSteps, index: DatasetIndex, *, holdout: int, view
     skipped = f", {len(index.skipped)} skipped for NaN/Inf" if index.skipped else ""
     return (f"dataset {layout.root}: LeRobot {version}, {len(index.lengths)} episodes ({held}{skipped}), "
             f"{index.num_transitions} frames, data config {steps.config.name}, cameras {_cameras(steps)} combined "
-            f"{views}, modality {modality}, {stats}")
+            f"{views}, {augmentation_words(augmentation)}, modality {modality}, {stats}")

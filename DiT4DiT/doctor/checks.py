@@ -503,6 +503,41 @@ class Doctor:
             return Check(name, "WARN", size + ": the disk would be over 80% used", fix)
         return Check(name, "PASS", size)
 
+    def check_latent_store(self) -> Check:
+        """framework.cosmos25.latent_cache's store for the data mix: its size before anything is written, the disk,
+        and how long its build takes on this job's processes (stated also when the key is off: what it would be)."""
+        name = "latent_store"
+        if self.cfg is None or self.base_model_problems:
+            return Check(name, "SKIP", "needs a loadable config and a complete base model")
+        from DiT4DiT.doctor.store_estimate import ASSUMED_VAE_SHARE_OF_PEAK, latent_store_estimate
+
+        framework, _, data = self.sections()
+        device = self.topo.soc if self.topo is not None else "a3"
+        try:
+            est = latent_store_estimate(framework.cosmos25, data, self.base_model, self.world_size, device)
+        except (DiT4DiTError, OSError, ValueError, KeyError) as err:
+            return Check(name, "WARN", f"could not estimate the store: {type(err).__name__}: {err}",
+                         "fix what it names, or see the traceback: python -m DiT4DiT.doctor.store_estimate CONFIG BASE_MODEL")
+        if not est["datasets"]:
+            return Check(name, "SKIP", "no dataset of datasets.vla_data.data_mix found, so no clip to count")
+        size = (f"{est['clips']} clips ({est['episodes']} episodes of {est['datasets']} datasets) x "
+                f"{est['clip_bytes'] / 2**10:.0f} KiB = {est['store_bytes'] / GIB:.1f} GiB at {est['store_dir']} "
+                f"({est['stored_bytes'] / GIB:.1f} stored, {est['free_bytes'] / GIB:.1f} free); building it: "
+                f"{est['clip_tflop']:.2f} TFLOP of VAE per clip, about {est['build_hours']:.1f} h on "
+                f"{est['processes']} {device.upper()} process(es) at {ASSUMED_VAE_SHARE_OF_PEAK:.0%} of peak "
+                "(python -m DiT4DiT.tools.latent_store builds it ahead and prints its pace)")
+        if not est["latent_cache"]:
+            return Check(name, "PASS", f"framework.cosmos25.latent_cache is off (every step decodes and encodes "
+                                       f"video); on, it would hold {size}")
+        need = max(est["store_bytes"] - est["stored_bytes"], 0)
+        fix = (f"set framework.cosmos25.latent_store_dir to a folder with {need / GIB:.0f}+ GiB free (local disk "
+               "or a shared filesystem)")
+        if need > est["free_bytes"]:
+            return Check(name, "FAIL", size, fix)
+        if need > 0.8 * est["free_bytes"]:
+            return Check(name, "WARN", size + ": the disk would be over 80% used", fix)
+        return Check(name, "PASS", size)
+
     def check_host_memory(self) -> Check:
         name = "host_memory"
         if self.cfg is None or self.base_model_problems:
@@ -526,7 +561,8 @@ class Doctor:
                 self.check_cann(), self.check_cann_python(), self.check_versions(), self.check_libraries(), self.check_mx_driving(), self.check_hccl(),
                 self.check_hccl_ports(), self.check_npu_network(),
                 self.check_config(), self.check_base_model(), self.check_memory(), self.check_time_plan(),
-                self.check_prompt_store(), self.check_host_memory()]
+                self.check_prompt_store(),
+                self.check_latent_store(), self.check_host_memory()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,8 @@ The Ascend block (NPU hosts; the values DrivingSDK's A3 recipes use, ASCEND_NOTE
   HCCL_DETERMINISTIC=true                      with trainer.deterministic (CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8)
   HCCL_SOCKET_IFNAME==<if>, HCCL_IF_IP=<its IPv4>  exact match ("=eth0"; "eth0" also matches eth0.100)
   LD_LIBRARY_PATH=<torch/lib>:<torch_npu/lib>:...  for mx_driving's and torch_npu's extensions
+  OMP_NUM_THREADS=1, COMBINED_ENABLE=1, ACLNN_CACHE_LIMIT=100000   what MindSpeed-MM's A3 DiT recipes set
+                                               (ASCEND_NOTES §12); bench/device_check.py's env_ab row times each
 Any host: WANDB_MODE=offline, TORCH_WARM_POOL=0, GLOO_SOCKET_IFNAME=<if>; CPU hosts: OMP_NUM_THREADS=cores/processes.
 A variable you exported keeps your value (and the dry run says "yours").
 """
@@ -25,6 +27,13 @@ ASCEND_DEFAULTS = {
     "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
     "HCCL_CONNECT_TIMEOUT": "1200",
 }
+# MindSpeed-MM's A3 DiT recipes (examples/wan2.1/14b/t2v_A3/pretrain.sh L8-13, L67-73), the variables safe for any
+# run: one OpenMP thread per process (16 processes share the node's cores; the host does little math), the
+# combination of non-contiguous operators into one (COMBINED_ENABLE, Ascend/pytorch's environment variable
+# reference), a larger aclnn operator cache. The recipes' gc.set_threshold(700, 50, 1000) is Python code, not a
+# variable, and is not set.
+MINDSPEED_A3 = {"OMP_NUM_THREADS": "1", "COMBINED_ENABLE": "1", "ACLNN_CACHE_LIMIT": "100000"}
+MINDSPEED_A3_SOURCE = "MindSpeed-MM A3 recipe (examples/wan2.1/14b/t2v_A3/pretrain.sh)"
 HCCL_SHARE_OF_COLLECTIVE_TIMEOUT = 0.9
 
 

@@ -195,6 +195,8 @@ def _ascend(plan: Plan, facts: Facts, entry: Path, zero_copy: str | None) -> Non
                              "or set CANN_SET_ENV=/path/to/set_env.sh")
     for name, value in environment.ASCEND_DEFAULTS.items():
         env.default(name, value, "Ascend default")
+    for name, value in environment.MINDSPEED_A3.items():
+        env.default(name, value, environment.MINDSPEED_A3_SOURCE)
     collective = plan.config[values.COLLECTIVE_TIMEOUT_KEY]
     derived = environment.hccl_exec_timeout(int(collective.value))
     env.default("HCCL_EXEC_TIMEOUT", str(derived), f"90% of {values.COLLECTIVE_TIMEOUT_KEY}")

@@ -72,7 +72,11 @@ TEST = Sizes(
     vision=dict(THIN_VISION, hidden_size=16, intermediate_size=32, out_hidden_size=64),
     vae=dict(base_dim=8, dim_mult=[1, 2, 2, 2], num_res_blocks=1),
 )
-SIZES = {"full": FULL, "test": TEST}
+# bench/bench_step_work.py's `large`: bench_model's --deep transformer (12 blocks, 16 heads x 64 = 1024 wide) with the
+# real VAE and prompt width, so the per-step work outside the transformer is the full size's.
+LARGE = Sizes(transformer=dict(num_attention_heads=16, attention_head_dim=64, num_layers=12), text=THIN_TEXT,
+              vision=THIN_VISION)
+SIZES = {"full": FULL, "large": LARGE, "test": TEST}
 
 
 def real_shard_count(part: str) -> int:
@@ -202,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a random-weight Cosmos-Predict2.5-2B pipeline folder.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
-                        help="full: the real sizes, thin text encoder (about 6 GB on disk); test: every width shrunk")
+                        help="full: the real sizes, thin text encoder (about 6 GB on disk); large: 12 transformer blocks "
+                             "of 1024 (the rest full); test: every width shrunk")
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default: 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty output folder")
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import action_chunk, check_backbone_fits
-from DiT4DiT.dataloader.config_checks import check_data_configs, check_data_folders
+from DiT4DiT.dataloader.config_checks import check_data_configs, check_data_folders, check_latent_cache
 from DiT4DiT.pipeline_folder import pipeline_folder_problems
 from DiT4DiT.training.closed_loop_eval import check_config as check_closed_loop_eval
 
@@ -23,6 +23,8 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     otherwise); warnings for odd but legal values."""
     data, trainer = cfg.datasets.vla_data, cfg.trainer
     check_data_configs(data, action_chunk(cfg))
+    if cfg.framework.cosmos25.latent_cache:
+        check_latent_cache(data)
     check_data_folders(data)
     if trainer.pretrained_checkpoint and not Path(trainer.pretrained_checkpoint).is_file():
         raise ConfigError(f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")

@@ -20,6 +20,8 @@ from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, Tr
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.host_memory import HostNeed, read_meminfo
 from DiT4DiT.memory_estimate import GIB, estimate_training_memory, mixture_views
+from DiT4DiT.memory_plan import HEADROOM, fewest_recomputed_blocks
+from DiT4DiT.pipeline_shape import read_pipeline_shape
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,23 @@ def check_resources(framework: FrameworkSection, trainer: TrainerSection, data: 
     if problems:
         raise ResourceError("; ".join(problems) + " (an expert may start anyway with --trainer.ignore_resource_check true)")
     return warnings
+
+
+def auto_recomputed_blocks(framework: FrameworkSection, trainer: TrainerSection, data: DatasetsVlaDataSection,
+                           num_processes: int, device: torch.device) -> tuple[int, str]:
+    """trainer.gradient_checkpointing_blocks=auto on `device`: (blocks to recompute, why that many): the fewest
+    whose estimate fits the memory plan's share of the device's memory (memory_plan.fewest_recomputed_blocks)."""
+    base_model = Path(framework.cosmos25.base_model)
+    layers = read_pipeline_shape(base_model).num_blocks
+    total = device_total_bytes(device)
+    if total is None:
+        return 0, f"none of {layers}: on {device} there is no device memory to plan for"
+    limit = HEADROOM * total / GIB
+    blocks = fewest_recomputed_blocks(base_model, framework, trainer, data, num_processes,
+                                      mixture_views(data.data_mix, data.data_config), limit, kind=device.type)
+    if blocks is None:
+        return layers, f"all {layers}, and still over {limit:.1f} GiB ({HEADROOM:.0%} of {device}'s memory)"
+    return blocks, f"{blocks} of {layers}, the fewest whose estimate fits {limit:.1f} GiB ({HEADROOM:.0%} of {device}'s memory)"
 
 
 def time_to_finish(done: int, start_step: int, last: int, seconds: float) -> str:

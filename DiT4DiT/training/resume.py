@@ -46,6 +46,7 @@ COMPARED_KEYS = (
     "datasets.vla_data.image_size",
     "datasets.vla_data.holdout_episodes",
     "datasets.vla_data.skip_non_finite_episodes",
+    "datasets.vla_data.image_augmentation",
     "trainer.gradient_accumulation_steps",
     "trainer.freeze_modules",
 )

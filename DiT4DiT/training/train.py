@@ -37,6 +37,7 @@ from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.training import run_dir as run_dirs
 from DiT4DiT.training.input_checks import validate_training_config
 from DiT4DiT.training.optim import build_param_groups
+from DiT4DiT.training.profiler import step_profiler
 from DiT4DiT.training.process_group import destroy_process_group
 from DiT4DiT.training.rank_logging import configure_logging
 from DiT4DiT.training.sampler import ResumableBatchOrder
@@ -150,12 +151,16 @@ def run_training(cfg: DictConfig, accelerator: Accelerator) -> None:
     """The run, top to bottom: set-up, then batch -> train_step -> bookkeeping, until max_train_steps."""
     trainer = Trainer(cfg, accelerator)  # resume, data, model
     trainer.prepare(build_optimizer(trainer.model, trainer.settings))  # schedule, prompts, saved state
-    with trainer.running():  # cleanup on every exit; the final model when the loop ends
+    # trainer.profile_steps: torch.profiler here; the NPU patch hands in torch_npu.profiler (its own trace format)
+    profiling = step_profiler(torch.profiler, trainer.settings.profile_steps, trainer.start_step, trainer.run_dir,
+                              accelerator.process_index, accelerator.is_main_process, accelerator.device.type)
+    with trainer.running(), profiling as profiler:  # cleanup on every exit; the final model when the loop ends
         for step, micro_batches in trainer.steps():
             metrics = train_step(micro_batches, step, model=trainer.model, optimizer=trainer.optimizer,
                                  scheduler=trainer.scheduler, accelerator=accelerator, settings=trainer.settings,
                                  batch_order=trainer.batch_order)
             trainer.after_step(step, metrics)  # log, evaluate, save; raises Preempted on an agreed stop
+            profiler.step(step + 1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,14 +26,14 @@ from DiT4DiT.config.sections import ConfigSections, TrainerSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
-from DiT4DiT.facts import DETERMINISTIC_ENV
+from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed_modules
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.prompt_encoding import checkpoint_text_encoder_layers
-from DiT4DiT.model.modules.prompt_store import Ranks
+from DiT4DiT.model.modules.node_store import Ranks
 from DiT4DiT.model.modules.weights import load_trained_weights
 from DiT4DiT.training import closed_loop_eval, heartbeat, preemption, replicas, resources, resume as resumption
 from DiT4DiT.training import run_dir as run_dirs
@@ -118,6 +118,12 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, accelerator: Accelerator):
         typed = section(cfg, ConfigSections)
+        if typed.trainer.gradient_checkpointing_blocks == AUTO:  # a count from here on (config.yaml records it)
+            blocks, why = resources.auto_recomputed_blocks(typed.framework, typed.trainer, typed.datasets.vla_data,
+                                                           accelerator.num_processes, accelerator.device)
+            log.info("trainer.gradient_checkpointing_blocks=auto: %s", why)
+            cfg.trainer.gradient_checkpointing_blocks = str(blocks)
+            typed = section(cfg, ConfigSections)
         settings, data_cfg = typed.trainer, typed.datasets.vla_data
         self.cfg, self.typed, self.settings, self.accelerator = cfg, typed, settings, accelerator
         self.run_dir = Path(cfg.output_dir)
@@ -161,9 +167,13 @@ class Trainer:
         if is_main and not (self.run_dir / "config.yaml").is_file():  # fresh, or weights only from a folder without
             save_config(recorded_config(cfg), self.run_dir / "config.yaml")
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
+        ranks = Ranks.from_accelerator(accelerator, self.waits.all_sum)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
         self.unwrapped.prepare_prompts([*train_set.instructions(), *(eval_set.instructions() if eval_set else [])],
-                                       Ranks.from_accelerator(accelerator, self.waits.all_sum))
+                                       ranks)
+        # With framework.cosmos25.latent_cache: every clip's VAE posterior into the latent store (split across ranks);
+        # the samples then carry it in place of frames.
+        self.unwrapped.prepare_latents([d for d in (train_set, eval_set) if d is not None], ranks)
         if resume and not resume.weights_only:
             self.checkpointer.restore(resume.state, self.model, self.optimizer, self.scheduler)
             log.info("resumed from %s at step %d", resume.state, self.start_step)

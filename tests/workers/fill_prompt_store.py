@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from DiT4DiT.model.modules.prompt_store import PromptStore, Ranks
+from DiT4DiT.model.modules.node_store import Ranks
+from DiT4DiT.model.modules.prompt_store import PromptStore
 from DiT4DiT.training.host_waits import HostWaits
 from DiT4DiT.training.process_group import destroy_process_group
 

@@ -18,14 +18,14 @@ from DiT4DiT.config.schema import ConfigError
 from DiT4DiT.config.sections import FrameworkActionModelSection, FrameworkCosmos25Section
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head
-from DiT4DiT.dataloader.cache import prompt_store_root
+from DiT4DiT.dataloader.cache import store_root
 from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.action_model.rtc import ChunkPrefix
 from DiT4DiT.model.modules.cosmos_backbone import CosmosBackboneInterface
 from DiT4DiT.model.modules.host_to_device import ModelBatch, model_batch
-from DiT4DiT.model.modules.prompt_store import Ranks
+from DiT4DiT.model.modules.node_store import Ranks
 
 
 def autocast_enabled(mixed_precision: str) -> bool:
@@ -48,12 +48,14 @@ class DiT4DiT(nn.Module):
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
         head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
                 if has_action_head(config) else None)
-        vla = config.datasets.vla_data
+        vla, cosmos = config.datasets.vla_data, config.framework.cosmos25
         self.backbone_interface = CosmosBackboneInterface(
-            section(config.framework.cosmos25, FrameworkCosmos25Section),
+            section(cosmos, FrameworkCosmos25Section),
             num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
-            prompt_store_dir=prompt_store_root(config.framework.cosmos25.prompt_store_dir, vla.cache_dir),
+            prompt_store_dir=store_root("prompt", cosmos.prompt_store_dir, vla.cache_dir),
             gradient_checkpointing=checkpointing,
+            gradient_checkpointing_blocks=config.trainer.gradient_checkpointing_blocks,
+            latent_store_dir=store_root("latent", cosmos.latent_store_dir, vla.cache_dir),
         )
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
@@ -66,6 +68,19 @@ class DiT4DiT(nn.Module):
         # A full state dict includes the text encoder, so it is kept when checkpoints must hold it.
         release = not self.config.trainer.save_full_state_dict
         return self.backbone_interface.extractor.prepare_prompts(instructions, ranks, release_encoder=release)
+
+    def prepare_latents(self, datasets, ranks: Ranks | None = None):
+        """Once, after prepare_prompts: every clip the datasets' samples can draw into the latent store (encoding
+        split across ranks); from then on their samples carry the stored posteriors in place of frames. Returns the
+        store, or None when framework.cosmos25.latent_cache is off."""
+        ranks = ranks or Ranks()
+        episodes = [episode for dataset in datasets for episode in dataset.latent_episodes()]
+        store = self.backbone_interface.prepare_latents(
+            episodes, datasets[0].sample_layout(), ranks, self.config.datasets.vla_data.per_device_batch_size,
+            self.config.trainer.mixed_precision)
+        for dataset in datasets if store is not None else ():
+            dataset.use_latents(store)
+        return store
 
     def _model_batch(self, examples: list[dict], *, targets: bool) -> ModelBatch:
         """The examples on the model's device, the one conversion: frames (all of them for training, the current
@@ -103,6 +118,7 @@ class DiT4DiT(nn.Module):
                 batch.instructions,
                 want_features=self.action_model is not None,
                 want_video_loss=self.training_mode != "action",
+                posterior=batch.posterior,
             )
         losses = {}
         if self.action_model is not None:
@@ -133,7 +149,7 @@ class DiT4DiT(nn.Module):
         batch = self._model_batch(examples, targets=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(batch.video, batch.instructions, want_features=True,
-                                               want_video_loss=False, generators=generators)
+                                               want_video_loss=False, generators=generators, posterior=batch.posterior)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             features = backbone.features.to(self.action_model.dtype)
             prefix = ChunkPrefix.of(examples, self.chunk_len, self.action_model.action_dim, features.device,

@@ -18,6 +18,18 @@ def checkpointed(block: torch.nn.Module, *args):
     return checkpoint(block, *args, use_reentrant=False)
 
 
+def checkpoint_first(blocks, count: int):
+    """A gradient_checkpointing_func for diffusers' enable_gradient_checkpointing (which hands it every block it
+    runs with grad enabled) that recomputes the first `count` of `blocks` and runs the others as they are, keeping
+    their activations (trainer.gradient_checkpointing_blocks: MindSpeed-MM's recompute of N of L layers)."""
+    recomputed = {id(block) for block in list(blocks)[:count]}
+
+    def run(block: torch.nn.Module, *args):
+        return checkpointed(block, *args) if id(block) in recomputed else block(*args)
+
+    return run
+
+
 def run_block(block: torch.nn.Module, checkpointing: bool, *args):
     """`block(*args)`, checkpointed when `checkpointing` and a graph is being recorded (no_grad passes keep
     nothing to save)."""

@@ -39,14 +39,18 @@ from torch import nn
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import FrameworkCosmos25Section
-from DiT4DiT.facts import FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, is_under, latent_frame_count
+from DiT4DiT.facts import (FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, checkpointed_block_count, is_under,
+                           latent_frame_count)
 from DiT4DiT.model.freezing import module_paths
-from DiT4DiT.model.modules.activation_checkpointing import checkpointed
+from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
+from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, vae_frames
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
 from DiT4DiT.pipeline_shape import read_pipeline_shape
 from DiT4DiT.model.modules.host_to_device import to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
-from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, Ranks, encoder_identity
+from DiT4DiT.model.modules.latent_store import Episode, LatentStore, fill_latent_store
+from DiT4DiT.model.modules.node_store import Ranks
+from DiT4DiT.model.modules.prompt_store import FillReport, PromptStore, PromptStoreError, encoder_identity
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +129,19 @@ class CosmosFeatureExtractor(nn.Module):
         future_loss_type: str = "flow_matching",
         future_num_inference_steps: int = 1,
         gradient_checkpointing: bool = False,
+        gradient_checkpointing_blocks: str | None = None,
     ):
         super().__init__()
         self.text_encoder = components.text_encoder
         self.vae = components.vae
         self.transformer = components.transformer
         use_our_attention(self.transformer)  # diffusers' math without the no-op K/V copy; fused RoPE on NPU
-        if gradient_checkpointing:
-            # diffusers' Cosmos transformer checkpoints each block it runs with grad enabled (the video passes;
-            # the feature pass runs under no_grad and keeps nothing), through our non-reentrant call.
-            self.transformer.enable_gradient_checkpointing(checkpointed)
+        blocks = self.transformer.transformer_blocks
+        recomputed = checkpointed_block_count(gradient_checkpointing_blocks, gradient_checkpointing, len(blocks))
+        if recomputed:
+            # diffusers' Cosmos transformer hands each block it runs with grad enabled (the video passes; the feature
+            # pass runs under no_grad and keeps nothing) to our call: the first `recomputed` run again in backward.
+            self.transformer.enable_gradient_checkpointing(checkpoint_first(blocks, recomputed))
         self.tokenizer = components.tokenizer
         self.scheduler = components.scheduler
         # Non-persistent buffers: they move with the model (no copy per step) and stay out of checkpoints (they
@@ -248,47 +255,49 @@ class CosmosFeatureExtractor(nn.Module):
     def _normalise(self, latents: torch.Tensor) -> torch.Tensor:
         return (latents.float() - self.latents_mean) / self.latents_std
 
-    def encode_condition(self, pixels: torch.Tensor, generators: list[torch.Generator] | None = None) -> torch.Tensor:
-        """(B, 3, H, W) in [-1, 1] -> normalised posterior sample (B, C, 1, h, w), float32.
+    def clip_posterior(self, video: torch.Tensor, num_frames_out: int, with_future: bool) -> ClipPosterior:
+        """What the latent store holds for a (B, T, 3, H, W) clip in [0, 1], and what training computes without it
+        (clip_encoding.py)."""
+        return clip_posterior(self.vae, video, num_frames_out, self.temporal_factor, with_future)
 
-        The Wan VAE is causal, so latent frame 0 depends on pixel frame 0 alone: encoding that frame gives
-        the same conditioning latent as encoding the zero-padded clip. `generators`: one per example (see forward).
-        """
-        posterior = self.vae.encode(pixels.unsqueeze(2).to(self.vae.dtype)).latent_dist
-        return self._normalise(posterior.sample(generator=generators))
-
-    @torch.no_grad()
-    def encode_video(self, video: torch.Tensor) -> torch.Tensor:
-        """(B, 3, T, H, W) in [-1, 1] -> normalised posterior mean (B, C, T_lat, h, w), float32."""
-        return self._normalise(self.vae.encode(video.to(self.vae.dtype)).latent_dist.mode())
+    def sample_condition(self, posterior: ClipPosterior, generators: list[torch.Generator] | None = None) -> torch.Tensor:
+        """Normalised posterior sample of the conditioning frame, (B, C, 1, h, w) float32: mean + std x noise, the
+        noise drawn as the VAE's own DiagonalGaussianDistribution.sample draws it (same shape, dtype, generators), so
+        a stored posterior gives the same sample. `generators`: one per example (see forward)."""
+        mean = posterior.mean[:, :, :1]
+        noise = randn_tensor(mean.shape, generator=generators, device=mean.device, dtype=mean.dtype)
+        return self._normalise(mean + posterior.std * noise)
 
     def forward(
         self,
         prompts: list[str],
-        cond_frames: torch.Tensor,
-        future_frames: torch.Tensor | None,
+        video: torch.Tensor | None,
         num_frames_out: int,
         want_features: bool = True,
         want_video_loss: bool = True,
         generators: list[torch.Generator] | None = None,
+        posterior: ClipPosterior | None = None,
     ) -> BackboneOutput:
-        """cond_frames (B, 3, H, W) and future_frames (B, T_f, 3, H, W) in [0, 1] on the model's device.
+        """video (B, T, 3, H, W) in [0, 1] on the model's device: frame 0 conditions, the others are future frames;
+        or, from the latent store, the clip's `posterior` in its place (video None).
 
         `generators` (CPU, one per example) draw each example's noise on its own, so an example's features do not
         depend on the batch it is in (the server batches requests); None draws from torch's default generator."""
-        batch, _, height, width = cond_frames.shape
-        if height % FRAME_SIDE_MULTIPLE or width % FRAME_SIDE_MULTIPLE:
-            raise ConfigError(
-                f"frame size {height}x{width} (HxW): Cosmos needs height and width that are multiples of "
-                f"{FRAME_SIDE_MULTIPLE}; set datasets.vla_data.image_size to a multiple of {FRAME_SIDE_MULTIPLE} (e.g. 224)"
-            )
-        device = cond_frames.device
+        with_future = want_video_loss and (posterior.mean.shape[2] > 1 if posterior is not None else video.shape[1] > 1)
+        if posterior is None:
+            height, width = video.shape[-2:]
+            if height % FRAME_SIDE_MULTIPLE or width % FRAME_SIDE_MULTIPLE:
+                raise ConfigError(
+                    f"frame size {height}x{width} (HxW): Cosmos needs height and width that are multiples of "
+                    f"{FRAME_SIDE_MULTIPLE}; set datasets.vla_data.image_size to a multiple of {FRAME_SIDE_MULTIPLE} (e.g. 224)"
+                )
+            posterior = self.clip_posterior(video, num_frames_out, with_future)
+        device = posterior.mean.device
         dtype = self.transformer.dtype
         prompt_embeds = self.prompt_embeddings(prompts, device).to(dtype)
 
-        pixels = cond_frames * 2.0 - 1.0
-        cond_latent = self.encode_condition(pixels, generators)
-        channels, latent_h, latent_w = cond_latent.shape[1], height // self.spatial_factor, width // self.spatial_factor
+        cond_latent = self.sample_condition(posterior, generators)
+        batch, channels, _, latent_h, latent_w = cond_latent.shape
         num_latent = latent_frame_count(num_frames_out, self.temporal_factor)
         cond_latents = torch.cat(
             [cond_latent, cond_latent.new_zeros(batch, channels, num_latent - 1, latent_h, latent_w)], dim=2
@@ -296,7 +305,8 @@ class CosmosFeatureExtractor(nn.Module):
         cond_indicator = torch.zeros(1, 1, num_latent, 1, 1, device=device)
         cond_indicator[:, :, 0] = 1.0
         cond_mask = cond_indicator.expand(batch, 1, num_latent, latent_h, latent_w)
-        padding_mask = torch.zeros(1, 1, height, width, device=device, dtype=dtype)
+        padding_mask = torch.zeros(1, 1, latent_h * self.spatial_factor, latent_w * self.spatial_factor, device=device,
+                                   dtype=dtype)
 
         def run_transformer(noisy: torch.Tensor, noise_level: torch.Tensor) -> torch.Tensor:
             latents = cond_mask * cond_latents + (1 - cond_mask) * noisy
@@ -323,24 +333,19 @@ class CosmosFeatureExtractor(nn.Module):
             features, self._captured, self._capturing = self._captured, None, False
 
         video_loss = None
-        if want_video_loss and future_frames is not None:
-            video = torch.cat([pixels.unsqueeze(2), future_frames.transpose(1, 2) * 2.0 - 1.0], dim=2)
-            video_loss = self._future_video_loss(video, cond_latents, channels, latent_h, latent_w, run_transformer)
+        if with_future:
+            if num_latent < 2:
+                video_loss = torch.zeros((), device=device)
+            elif self.future_loss_type in SAMPLED_LOSS_TYPES:
+                video_loss = self._sampled_future_loss(posterior, video, cond_latents, run_transformer)
+            else:
+                video_loss = self._future_video_loss(posterior, cond_latents, run_transformer)
         return BackboneOutput(features=features, future_video_loss=video_loss)
 
-    def _future_video_loss(self, video, cond_latents, channels, latent_h, latent_w, run_transformer) -> torch.Tensor:
-        num_latent = cond_latents.shape[2]
-        batch, device = video.shape[0], video.device
-        min_frames = 1 + self.temporal_factor
-        if video.shape[2] < min_frames:
-            video = torch.cat([video, video[:, :, -1:].expand(-1, -1, min_frames - video.shape[2], -1, -1)], dim=2)
-        # Frames past the last complete group of `temporal_factor` are ignored by the VAE; skip encoding them.
-        video = video[:, :, : 1 + self.temporal_factor * ((video.shape[2] - 1) // self.temporal_factor)]
-        if num_latent < 2:
-            return torch.zeros((), device=device)
-        if self.future_loss_type in SAMPLED_LOSS_TYPES:
-            return self._sampled_future_loss(video, cond_latents, run_transformer)
-        targets = self.encode_video(video)[:, :, 1:num_latent]
+    def _future_video_loss(self, posterior: ClipPosterior, cond_latents, run_transformer) -> torch.Tensor:
+        batch, channels, num_latent, latent_h, latent_w = cond_latents.shape
+        device = cond_latents.device
+        targets = self._normalise(posterior.mean[:, :, 1:num_latent])
         supervised = targets.shape[2]
 
         t = sample_flow_time(batch, self.time_distribution, self.high_sigma_ratio, self.high_sigma_min, device)
@@ -380,8 +385,10 @@ class CosmosFeatureExtractor(nn.Module):
         pixels = self.vae.decode(denormalised.to(self.vae.dtype), return_dict=False)[0]
         return ((pixels.float() + 1.0) / 2.0).clamp(0.0, 1.0)
 
-    def _sampled_future_loss(self, video, cond_latents, run_transformer) -> torch.Tensor:
-        """latent_mse / pixel_l1 / pixel_mse on the future part of a sampled clip (the conditioning frame left out).
+    def _sampled_future_loss(self, posterior: ClipPosterior, video: torch.Tensor | None, cond_latents,
+                             run_transformer) -> torch.Tensor:
+        """latent_mse / pixel_l1 / pixel_mse on the future part of a sampled clip (the conditioning frame left out);
+        the pixel losses compare with `video`'s frames (B, T, 3, H, W), so they need the video itself.
 
         Unlike the original: ground-truth frames always enter the VAE in [-1, 1] (its latent_mse passed them in
         [0, 1]), decoded frames always map from [-1, 1] (it guessed from their minimum), and only the frames the
@@ -389,11 +396,16 @@ class CosmosFeatureExtractor(nn.Module):
         """
         latents = self.sample_future_latents(cond_latents, run_transformer)
         if self.future_loss_type == "latent_mse":
-            targets = self.encode_video(video)[:, :, 1 : cond_latents.shape[2]]
+            targets = self._normalise(posterior.mean[:, :, 1 : cond_latents.shape[2]])
             return F.mse_loss(latents[:, :, 1 : 1 + targets.shape[2]].float(), targets.float())
+        if video is None:
+            raise ConfigError(f"framework.cosmos25.future_loss_type={self.future_loss_type} compares decoded frames with "
+                              "the video's pixels, which the latent store does not hold; set "
+                              "framework.cosmos25.latent_cache=false or use a latent loss (flow_matching, latent_mse)")
+        clip = vae_frames(video, self.temporal_factor, with_future=True)
         decoded = self.decode_video(latents)
-        frames = min(decoded.shape[2], video.shape[2]) - 1
-        predicted, target = decoded[:, :, 1 : 1 + frames], (video[:, :, 1 : 1 + frames].float() + 1.0) / 2.0
+        frames = min(decoded.shape[2], clip.shape[2]) - 1
+        predicted, target = decoded[:, :, 1 : 1 + frames], (clip[:, :, 1 : 1 + frames].float() + 1.0) / 2.0
         if self.future_loss_type == "pixel_mse":
             return F.mse_loss(predicted, target)
         return (predicted - target).abs().mean()
@@ -402,15 +414,20 @@ class CosmosFeatureExtractor(nn.Module):
 class CosmosBackboneInterface(nn.Module):
     """Loads the pipeline that `framework.cosmos25` names and splits a batch's clip into the extractor's inputs.
 
-    `num_frames_out` (frames per sample, from the data section), `prompt_store_dir` (where the store lives) and
-    `gradient_checkpointing` (trainer.enable_gradient_checkpointing) are the values it needs from outside its
-    section; the framework passes them.
+    `num_frames_out` (frames per sample, from the data section), `prompt_store_dir` and `latent_store_dir` (where
+    the stores live) and `gradient_checkpointing` / `gradient_checkpointing_blocks` (trainer.enable_gradient_checkpointing
+    and trainer.gradient_checkpointing_blocks: which transformer blocks recompute) are the values it needs from outside
+    its section; the framework passes them.
     """
 
     def __init__(self, cosmos: FrameworkCosmos25Section, num_frames_out: int, prompt_store_dir: Path,
-                 gradient_checkpointing: bool = False):
+                 gradient_checkpointing: bool = False, gradient_checkpointing_blocks: str | None = None,
+                 latent_store_dir: Path | None = None):
         super().__init__()
         self.training_mode = cosmos.training
+        self.base_model = cosmos.base_model
+        # None = framework.cosmos25.latent_cache off: every step decodes video and encodes it, as in the original.
+        self.latent_store_dir = latent_store_dir if cosmos.latent_cache else None
         fm = cosmos.flow_matching
         # extract_layer, vl_hidden_dim and the frame count were checked against the folder's configs when the
         # config loaded (config/validate.py check_backbone_fits).
@@ -439,6 +456,7 @@ class CosmosBackboneInterface(nn.Module):
             future_loss_type=cosmos.future_loss_type,
             future_num_inference_steps=cosmos.future_num_inference_steps,
             gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_blocks=gradient_checkpointing_blocks,
         )
 
     @property
@@ -446,8 +464,22 @@ class CosmosBackboneInterface(nn.Module):
         """Where the model's inputs go: the transformer's device."""
         return next(self.extractor.transformer.parameters()).device
 
-    def _split_frames(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(conditioning frames, future frames or None) of a (B, T, 3, H, W) clip."""
+    def prepare_latents(self, episodes: list[Episode], layout: dict, ranks: Ranks, batch_size: int,
+                        mixed_precision: str) -> LatentStore | None:
+        """Every episode's clips into the latent store (latent_store.fill_latent_store), before step 1; the filled
+        store, or None when framework.cosmos25.latent_cache is off. `layout`: MixtureDataset.sample_layout()."""
+        if self.latent_store_dir is None:
+            log.info("latent store off (framework.cosmos25.latent_cache=false): every step decodes and encodes video")
+            return None
+        store, _ = fill_latent_store(self.extractor.vae, episodes, store_dir=self.latent_store_dir,
+                                     base_model=self.base_model, layout=layout, num_frames_out=self.num_frames_out,
+                                     temporal_factor=self.extractor.temporal_factor,
+                                     with_future=self.training_mode != "action", ranks=ranks,
+                                     batch_size=batch_size, mixed_precision=mixed_precision)
+        return store
+
+    def _check_frames(self, video: torch.Tensor) -> None:
+        """A (B, T, 3, H, W) clip carries the config's frames per camera (or one, the current frame)."""
         num_frames = video.shape[1]
         # datasets.vla_data.views=as_frames puts each camera's frames after the previous one's: a whole multiple.
         if num_frames > 1 and num_frames % self.num_frames_out:
@@ -456,23 +488,24 @@ class CosmosBackboneInterface(nn.Module):
                 "(datasets.vla_data.video_delta_indices subsampled by action_video_freq_ratio); send that many "
                 "frames per camera, or serve the run whose config matches the frames"
             )
-        return video[:, 0], (video[:, 1:] if num_frames > 1 else None)
 
     def forward(
-        self, video: torch.Tensor, instructions: list[str], want_features: bool, want_video_loss: bool,
-        generators: list[torch.Generator] | None = None,
+        self, video: torch.Tensor | None, instructions: list[str], want_features: bool, want_video_loss: bool,
+        generators: list[torch.Generator] | None = None, posterior: ClipPosterior | None = None,
     ) -> BackboneOutput:
-        """video (B, T, 3, H, W) in [0, 1] on the model's device (frame 0 conditions); instructions[b] = sample b's
-        language instruction; generators[b], when given, draws sample b's noise."""
-        cond_frames, future_frames = self._split_frames(video)
+        """video (B, T, 3, H, W) in [0, 1] on the model's device (frame 0 conditions), or its stored `posterior`
+        (the latent store) in its place; instructions[b] = sample b's language instruction; generators[b], when
+        given, draws sample b's noise."""
+        if posterior is None:
+            self._check_frames(video)
         return self.extractor(
             list(instructions),
-            cond_frames,
-            future_frames,
+            video,
             self.num_frames_out,
             want_features=want_features,
             want_video_loss=want_video_loss,
             generators=generators,
+            posterior=posterior,
         )
 
 

@@ -15,6 +15,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from DiT4DiT.model.modules.clip_encoding import ClipPosterior
+
 
 def _pins(device: torch.device) -> bool:
     """Whether `device` is an accelerator with a runtime here: torch.cuda, or torch.npu once torch_npu is loaded."""
@@ -67,25 +69,36 @@ def frame_to_tensor(frame) -> torch.Tensor:
 class ModelBatch:
     """A batch of examples as the model reads it, on the device; built by model_batch, once per forward."""
 
-    video: torch.Tensor  # (B, T, 3, H, W) float in [0, 1]; frame 0 conditions, the rest are future frames
+    video: torch.Tensor | None  # (B, T, 3, H, W) float in [0, 1]; frame 0 conditions, the rest are future frames
     instructions: list[str]
     actions: torch.Tensor | None  # (B, chunk, action_dim) in the head's dtype; None when predicting
     mask: torch.Tensor | None  # (B, chunk, action_dim) bool; None when predicting
     state: torch.Tensor | None  # (B, 1, state_dim) in the head's dtype; None when the examples or the head have none
+    posterior: ClipPosterior | None = None  # the clips' stored VAE posterior, in place of video (the latent store)
 
 
 def model_batch(examples: list[dict], device: torch.device, dtype: torch.dtype, *, targets: bool, state: bool,
                 current_frame_only: bool = False) -> ModelBatch:
-    """The examples' frames and instructions, action chunks and masks (`targets`) and states (`state`) as one
-    ModelBatch on `device`; `current_frame_only` keeps each example's first frame (what conditions a prediction)."""
+    """The examples' frames (or their stored VAE posterior, `latents`) and instructions, action chunks and masks
+    (`targets`) and states (`state`) as one ModelBatch on `device`; `current_frame_only` keeps each example's first
+    frame (what conditions a prediction)."""
     device = torch.device(device)
+    stored = "latents" in examples[0]
     return ModelBatch(
-        video=stack_to_device(_frames(examples, current_frame_only), device),
+        video=None if stored else stack_to_device(_frames(examples, current_frame_only), device),
+        posterior=_posterior(examples, device, current_frame_only) if stored else None,
         instructions=[example["lang"] for example in examples],
         actions=_stack_examples(examples, "action", device, dtype) if targets else None,
         mask=_stack_examples(examples, "action_mask", device, torch.bool) if targets else None,
         state=_stack_examples(examples, "state", device, dtype) if state else None,
     )
+
+
+def _posterior(examples: list[dict], device: torch.device, current_frame_only: bool) -> ClipPosterior:
+    """The examples' stored posteriors ({"mean": (C, T_lat, h, w), "std": (C, 1, h, w)}) stacked on `device`."""
+    frames = 1 if current_frame_only else None
+    return ClipPosterior(stack_to_device([e["latents"]["mean"][:, :frames] for e in examples], device),
+                         stack_to_device([e["latents"]["std"] for e in examples], device))
 
 
 def _frames(examples: list[dict], current_frame_only: bool) -> list[torch.Tensor]:
