@@ -35,7 +35,8 @@ class StageClock:
         extractor = model.backbone_interface.extractor
         self._wrap(model, "_model_batch", "preprocess")
         self._wrap(extractor, "prompt_embeddings", "prompt")
-        self._wrap(extractor, "encode_condition", "vae_encode")
+        self._wrap(extractor, "clip_posterior", "vae_encode")  # the VAE's encode of the conditioning frame
+        self._wrap(extractor, "sample_condition", "vae_encode")  # and its posterior sample
         self._wrap(extractor, "forward", "backbone")
         self._wrap(model.action_model, "predict_action", "action_sampling")
 
