@@ -34,7 +34,7 @@ from DiT4DiT.config.sections import (DatasetsVlaDataSection, FrameworkActionMode
                                      FrameworkSection, TrainerSection)
 from DiT4DiT.facts import (DIT_SIZES, DTYPE_BYTES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, checkpointed_block_count,
                            is_under, latent_frame_count, module_paths, num_output_frames)
-from DiT4DiT.safetensors_header import read_header
+from DiT4DiT.base_model.safetensors_header import read_header
 
 GIB = 1024**3
 
