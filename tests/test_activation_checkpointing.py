@@ -82,7 +82,7 @@ def test_a_checkpointed_cosmos_block_keeps_only_its_input(tiny_pipeline_dir):
         return saved[1] - saved[0]
 
     assert per_block(checkpointing=True) == batch * tokens * hidden * 4
-    # Measured at this size: 26x; at the real width (2048) 56x (DiT4DiT/memory/estimate.py MEASURED).
+    # Measured at this size: 26x; at the real width (2048) 56x (DiT4DiT/memory/measured.py MEASURED).
     assert per_block(checkpointing=False) > 20 * per_block(checkpointing=True)
 
 

@@ -1,5 +1,5 @@
 """Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
-DiT4DiT/memory/estimate.py holds (MEASURED).
+DiT4DiT/memory/measured.py holds (MEASURED).
 
     python -m DiT4DiT.tools.measure_activation_memory              # real width: ~2 min on 2 cores, 2.3 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
@@ -403,7 +403,7 @@ PARTS = ("cosmos", "action_head", "vae", "text_encoder", "vae_with_grad")
 
 def measure_all(heads: int, parts: tuple[str, ...] = PARTS) -> dict:
     """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
-    MEASURED in DiT4DiT/memory/estimate.py holds it; `parts`: the rows to measure (the others are left out)."""
+    MEASURED in DiT4DiT/memory/measured.py holds it; `parts`: the rows to measure (the others are left out)."""
     table = {}
     if "cosmos" in parts:
         transformer = cosmos_transformer(heads)
