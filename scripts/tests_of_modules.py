@@ -84,8 +84,7 @@ ELSEWHERE = {
 }
 
 UNTESTED = {
-    "DiT4DiT.config.validate", "DiT4DiT.dataloader.episode_clips", "DiT4DiT.dataloader.index",
-    "DiT4DiT.dataloader.reader", "DiT4DiT.dataloader.summary", "DiT4DiT.launch.values", "DiT4DiT.training.process_group",
+    "DiT4DiT.config.validate", "DiT4DiT.dataloader.episode_clips", "DiT4DiT.dataloader.summary", "DiT4DiT.launch.values",
 }
 
 
