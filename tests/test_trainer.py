@@ -96,6 +96,7 @@ def test_prepare_writes_the_run_dirs_first_files_and_the_steps_hand_out_micro_ba
     assert trainer.unwrapped is trainer.model  # one CPU process: nothing wraps it
 
 
+@pytest.mark.slow  # a few training steps, seconds
 def test_a_run_logs_every_step_saves_at_the_interval_and_ends_with_the_final_model(trainers):
     trainer = trainers("--trainer.max_train_steps=3", "--trainer.save_interval=2", "--trainer.logging_frequency=1",
                        "--trainer.eval_interval=3")
@@ -110,6 +111,7 @@ def test_a_run_logs_every_step_saves_at_the_interval_and_ends_with_the_final_mod
     assert [json.loads(line) for line in (run / "summary.jsonl").read_text().splitlines()] == [{"steps": 2}, {"steps": 3}]
 
 
+@pytest.mark.slow  # a few training steps, seconds
 def test_a_resumed_trainer_starts_at_the_saved_step_with_the_saved_optimizer(trainers):
     first = trainers("--trainer.max_train_steps=2", "--trainer.save_interval=2")
     train(first)
