@@ -43,7 +43,7 @@ from DiT4DiT.facts import latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first  # noqa: E402
-from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
+from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.measure_activation_memory import saved_for_backward_bytes  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 

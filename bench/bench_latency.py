@@ -51,7 +51,7 @@ from DiT4DiT.config.typed import section  # noqa: E402
 from DiT4DiT.dataloader.statistics import statistics_section  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
-from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
+from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.serving.client import PolicyClient  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
 from DiT4DiT.serving.policy import Policy, PolicyShape  # noqa: E402

@@ -43,11 +43,11 @@ from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules import cosmos_backbone  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
-from DiT4DiT import cosmos_2b  # noqa: E402
+from DiT4DiT.base_model import cosmos_2b  # noqa: E402
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents  # noqa: E402
 from DiT4DiT.model.modules.host_to_device import model_batch  # noqa: E402
 from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
-from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
+from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
     DEFAULT_OUT,
     build_scheduler,

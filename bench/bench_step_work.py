@@ -118,7 +118,7 @@ def main() -> None:
     env = {"PYTHONPATH": str(REPO), "WANDB_MODE": "offline", "OMP_NUM_THREADS": str(os.cpu_count() or 1),
            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     snapshot = args.snapshot or (FULL_SNAPSHOT if args.size == "full" else work / "snapshot_large")
-    from DiT4DiT.pipeline_folder import pipeline_folder_problems
+    from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
     if pipeline_folder_problems(snapshot):
         if args.size == "full":

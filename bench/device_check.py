@@ -8,7 +8,7 @@ was measured; a failed section is recorded with its error and the next one runs)
   environment   device, versions, the bf16 dense peak used for MFU
   build         the model: --full-size is bench_model's random-weight 2B Cosmos + 7B-shaped text encoder + Wan VAE
                 + DiT-B head, bf16, 3 views of 224 px, 5 frames, 512-token prompts (about 20 GB of weights)
-  flops         the step's FLOPs at batch 1 counted analytically from the model as configured (DiT4DiT/step_flops.py:
+  flops         the step's FLOPs at batch 1 counted analytically from the model as configured (DiT4DiT/doctor/step_flops.py:
                 feature and video passes, forward and backward, VAE encode, action head; what MFU divides by), with
                 torch's FlopCounterMode's figure beside it (on an NPU it misses matmul_backward and reads low); one
                 transformer forward counted against the analytic formula
@@ -19,7 +19,7 @@ was measured; a failed section is recorded with its error and the next one runs)
   repeat        diffusers' repeat_interleave(1, dim=3) of K/V on a tensor over 2**22 elements, forward + backward,
                 against our processor's path (no repeat): same gradient, both timed
   plan          the memory plan's estimate per batch next to the steps' measured peaks, and its verdict for the
-                device's free memory (full size: the real sizes from a shapes-only snapshot, DiT4DiT/cosmos_2b.py)
+                device's free memory (full size: the real sizes from a shapes-only snapshot, DiT4DiT/base_model/cosmos_2b.py)
   checkpointing batch 4 with the Cosmos transformer's blocks checkpointed and without: step time, peak memory
   deterministic the Cosmos transformer's video pass at batch 1 with trainer.deterministic's torch part off, then on,
                 each in a fresh process ("fresh_process": true; Ascend honours only a thread's first setting): the
@@ -81,11 +81,11 @@ from DiT4DiT.config.schema import load_config  # noqa: E402
 from DiT4DiT.facts import DETERMINISTIC_ENV, latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
-from DiT4DiT import cosmos_2b  # noqa: E402
-from DiT4DiT.pipeline_shape import PipelineShape  # noqa: E402
+from DiT4DiT.base_model import cosmos_2b  # noqa: E402
+from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
-from DiT4DiT.step_flops import peak_tflops, training_step_flops, transformer_forward_flops  # noqa: E402
+from DiT4DiT.doctor.step_flops import peak_tflops, training_step_flops, transformer_forward_flops  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples, transformer_inputs  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import write_tiny_pipeline  # noqa: E402
 
@@ -199,7 +199,7 @@ def step_shape(state: dict, batch: int) -> dict:
 
 def analytic_step_flops(state: dict, batch: int) -> dict[str, float]:
     """The step's model FLOPs at `batch`, per part, counted from the built model's configs and the config as it
-    trains (DiT4DiT/step_flops.py: feature and video passes, forward and backward, VAE encode, action head, the text
+    trains (DiT4DiT/doctor/step_flops.py: feature and video passes, forward and backward, VAE encode, action head, the text
     encoder where it runs every step)."""
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
@@ -279,7 +279,7 @@ def steps(state: dict, device: torch.device, peak: float | None, count: int) -> 
                        "mfu": round(achieved / peak, 4) if achieved and peak else None,
                        "peak_mib": round(bench_model.peak_memory_mib(device))}
         rows["steps_measured"] = count
-        rows["mfu_flops"] = "analytic"  # DiT4DiT/step_flops.py, not FlopCounterMode (see the flops section)
+        rows["mfu_flops"] = "analytic"  # DiT4DiT/doctor/step_flops.py, not FlopCounterMode (see the flops section)
         state["steps"] = rows  # kept even if a larger batch fails (out of memory)
     return rows
 
@@ -290,10 +290,10 @@ def plan(state: dict, device: torch.device, tmp: Path, full_size: bool) -> dict:
     device's free memory. The full-size model's sizes come from a shapes-only snapshot of the real one."""
     from dataclasses import replace
 
-    from DiT4DiT import memory_plan
+    from DiT4DiT.memory import plan as memory_plan
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
-    from DiT4DiT.memory_estimate import estimate_training_memory
+    from DiT4DiT.memory.estimate import estimate_training_memory
     from DiT4DiT.tools.full_size_cosmos import write_shapes_only
 
     base = write_shapes_only(tmp / "shapes") if full_size else tmp / "tiny"

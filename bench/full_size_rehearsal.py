@@ -54,9 +54,9 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from DiT4DiT import cosmos_2b  # noqa: E402
-from DiT4DiT.memory_estimate import GIB, Estimate  # noqa: E402
-from DiT4DiT.memory_plan import ORIGINAL_CONFIGS  # noqa: E402
+from DiT4DiT.base_model import cosmos_2b  # noqa: E402
+from DiT4DiT.memory.estimate import GIB, Estimate  # noqa: E402
+from DiT4DiT.memory.plan import ORIGINAL_CONFIGS  # noqa: E402
 
 CONFIGS = ORIGINAL_CONFIGS  # name -> YAML: the four shipped configs
 BLOCKS = "backbone_interface.extractor.transformer.transformer_blocks"
@@ -243,7 +243,7 @@ def run_estimate(name: str, snapshot: Path, data: Path, work: Path, *extra: str)
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
-    from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views
+    from DiT4DiT.memory.estimate import estimate_training_memory, mixture_views
 
     overrides = normalize_cli_overrides([*training_overrides(name, snapshot, data, work), *extra])
     typed = section(load_config(str(REPO / CONFIGS[name]), overrides), ConfigSections)
@@ -447,7 +447,7 @@ def main() -> None:
            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     train_env = {**env, **({} if args.glibc_defaults else GLIBC_RETURNS_FREED)}
     rows = []
-    from DiT4DiT.pipeline_folder import pipeline_folder_problems
+    from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
     if pipeline_folder_problems(args.snapshot):
         wait_for_memory(args.min_available_gib / 2, "snapshot")

@@ -51,7 +51,7 @@ def no_writes_to_home(tmp_path_factory):
 # then the fast tier, so that both workers finish at about the same time.
 LONGEST_FIRST = ("deepspeed", "test_npu_patch.py", "resume", "test_resume_kinds.py", "test_multinode.py",
                  "test_long_runs.py", "test_train_e2e.py", "test_doctor.py", "test_closed_loop_metaworld.py",
-                 "test_bench_soak.py", "test_stall.py", "launcher_run", "test_prompt_store.py", "test_metrics_once.py")
+                 "test_bench_soak.py", "test_heartbeat.py", "launcher_run", "test_prompt_store.py", "test_metrics_once.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -82,7 +82,7 @@ def test_a_checkpointed_cosmos_block_keeps_only_its_input(tiny_pipeline_dir):
         return saved[1] - saved[0]
 
     assert per_block(checkpointing=True) == batch * tokens * hidden * 4
-    # Measured at this size: 26x; at the real width (2048) 56x (DiT4DiT/memory_estimate.py MEASURED).
+    # Measured at this size: 26x; at the real width (2048) 56x (DiT4DiT/memory/measured.py MEASURED).
     assert per_block(checkpointing=False) > 20 * per_block(checkpointing=True)
 
 
@@ -169,7 +169,7 @@ def test_recomputing_some_blocks_leaves_losses_and_gradients_unchanged(blocks, t
 def test_each_recomputed_block_saves_what_the_estimate_says(one_torch_thread):
     """At 256 wide (2 heads x 128), 4 blocks: recomputing 2 of them lowers the bytes the video pass saves by twice
     the estimate's difference between a kept and a recomputed block (within 10%), and 4 by four times it."""
-    from DiT4DiT.memory_estimate import cosmos_block_saved_bytes
+    from DiT4DiT.memory.estimate import cosmos_block_saved_bytes
     from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
     from DiT4DiT.tools.measure_activation_memory import cosmos_transformer, video_inputs
 

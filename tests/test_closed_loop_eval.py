@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from DiT4DiT.config.sections import TrainerClosedLoopEvalSection
-from DiT4DiT.process_lifetime import process_state
+from DiT4DiT.host.process_lifetime import process_state
 from DiT4DiT.training.closed_loop_eval import ClosedLoopEvaluator
 from DiT4DiT.training.metrics import plot_loss_curve
 from helpers.bad_inputs import BadInput, check_bad_input

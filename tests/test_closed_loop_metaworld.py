@@ -543,7 +543,7 @@ def side_process_settings():
 
 
 def running(pid: int) -> bool:
-    from DiT4DiT.process_lifetime import process_state
+    from DiT4DiT.host.process_lifetime import process_state
 
     return process_state(pid) not in ("state unknown", "a zombie")
 

@@ -253,7 +253,7 @@ def test_an_image_camera_without_its_column_is_found_before_step_1(copy_of, data
 
 def test_the_doctor_and_the_config_check_resolve_a_path_data_mix(lerobot_sets, data_cfg, tmp_path, tiny_pipeline_dir):
     from DiT4DiT.training.input_checks import validate_training_config
-    from DiT4DiT.memory_estimate import mixture_views
+    from DiT4DiT.memory.estimate import mixture_views
     from DiT4DiT.serving.policy import MAX_VIEWS_UNKNOWN, camera_count
 
     assert mixture_views(str(lerobot_sets["v3_videos"]), "robotwin") == 3

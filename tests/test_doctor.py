@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from DiT4DiT.doctor.checks import hccl_problems, patcher_api, torch_npu_matches
-from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views, safetensors_param_count
-from DiT4DiT.npu_topology import detect_soc, parse_npu_smi, visible_ids
+from DiT4DiT.memory.estimate import estimate_training_memory, mixture_views, safetensors_param_count
+from DiT4DiT.host.npu_topology import detect_soc, parse_npu_smi, visible_ids
 from helpers.in_process import call_main
 from helpers.doctor_runs import ROOT, TINY_YAML, doctor, doctor_env, doctor_process, fake_npu_smi
 from helpers.sections import run_sections
@@ -359,8 +359,8 @@ def test_the_time_plan_is_the_steps_flops_at_the_assumed_mfu(tmp_path, capsys):
     """The doctor's projection divides each device's FLOPs per optimizer step by its bf16 peak times the MFU; the
     table command prints it for the original's four configs."""
     from DiT4DiT.doctor import time_plan
-    from DiT4DiT.memory_plan import ORIGINAL_CONFIGS
-    from DiT4DiT.step_flops import snapshot_configs, training_step_flops
+    from DiT4DiT.memory.plan import ORIGINAL_CONFIGS
+    from DiT4DiT.doctor.step_flops import snapshot_configs, training_step_flops
     from DiT4DiT.tools.full_size_cosmos import write_shapes_only
     from helpers.sections import run_sections
 

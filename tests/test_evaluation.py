@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler
+from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.libero import LiberoPolicy, quaternion_to_axis_angle, run_libero_task
 from DiT4DiT.evaluation.robocasa import RobocasaPolicy, run_robocasa
 from DiT4DiT.evaluation.server_policy import request_seed
@@ -93,7 +94,7 @@ def test_alpha_zero_is_the_plain_mean_and_reset_forgets():
 
 
 def test_a_horizon_longer_than_the_chunk_is_refused():
-    with pytest.raises(ValueError, match="cannot cover an ensemble horizon of 5"):
+    with pytest.raises(BadArgument, match="--ensemble_horizon 5: a 4-step chunk cannot cover it; use at most 4"):
         AdaptiveEnsembler(horizon=5)(np.zeros((4, 2)))
 
 
@@ -266,7 +267,7 @@ def test_robocasa_ensembling_keeps_one_history_per_environment(recording_client)
 
 
 def test_robocasa_adapter_refuses_parts_that_do_not_add_up(recording_client):
-    with pytest.raises(ValueError, match="add up to 29"):
+    with pytest.raises(SimulatorError, match="add up to 29"):
         RobocasaPolicy(recording_client(), n_action_steps=2)  # the GR1 layout against a 14-dim model
 
 

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from DiT4DiT.facts import download_command
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
-from DiT4DiT.safetensors_header import MAX_HEADER_BYTES
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.safetensors_header import MAX_HEADER_BYTES
 from helpers.doctor_runs import TINY_YAML, doctor
 
 

@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from DiT4DiT import cosmos_2b
-from DiT4DiT.memory_estimate import safetensors_param_count
+from DiT4DiT.base_model import cosmos_2b
+from DiT4DiT.memory.estimate import safetensors_param_count
 from DiT4DiT.model.modules.cosmos_pipeline import load_cosmos_components
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 from DiT4DiT.tools import full_size_cosmos as tool
 from DiT4DiT.tools.tiny_cosmos import build_tokenizer
 from helpers.doctor_runs import TINY_YAML, doctor

@@ -16,7 +16,7 @@ from accelerate.state import AcceleratorState, GradientState
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
 from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.config.typed import section
-from DiT4DiT.memory_estimate import estimate_training_memory, mixture_views
+from DiT4DiT.memory.estimate import estimate_training_memory, mixture_views
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("full_size_rehearsal", ROOT / "bench" / "full_size_rehearsal.py")

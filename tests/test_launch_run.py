@@ -1,6 +1,6 @@
 """What the launcher does around the trainer (DiT4DiT/launch/run.py), in this process: CANN's set_env.sh
 scripts read back through bash, and the stopped ranks it looks for. The whole run (log, signals, exit status, the
-stall kill) is tests/test_launcher.py's and tests/test_stall.py's, through scripts/train_8p.sh."""
+stall kill) is tests/test_launcher.py's and tests/test_heartbeat.py's, through scripts/train_8p.sh."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 layer or a lower one, and no two units import each other (directly or round a cycle).
 
 A unit is a subpackage (DiT4DiT/config/) or a top-level module (DiT4DiT/facts.py). The order follows a batch:
-facts and small shared helpers, the config, data and model, what an output path may replace (it knows a dataset
-folder), what estimates a run's memory, what runs a model (serving, evaluation, training), the launcher that
-starts training, and the doctor and tools on top.
+facts and small shared helpers, the base-model snapshot read without weights, the config, data and model, this
+host (NPUs, processes, what an output path may replace: it knows a dataset folder), what estimates a run's memory,
+what runs a model (serving, evaluation, training), the launcher that starts training, and the doctor and tools on
+top.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "DiT4DiT"
 LAYERS = [
-    {"facts", "errors", "atomic_files", "yaml_files", "logging_setup", "requirements_check", "cosmos_2b",
-     "process_lifetime", "pipeline_shape", "pipeline_folder", "safetensors_header", "npu_topology"},
+    {"facts", "errors", "atomic_files", "yaml_files", "logging_setup", "requirements_check"},
+    {"base_model"},
     {"config"},
     {"dataloader", "model"},
-    {"output_paths"},
-    {"memory_estimate", "host_memory", "memory_plan", "step_flops"},
+    {"host"},
+    {"memory"},
     {"serving", "evaluation", "training"},
     {"launch"},
     {"doctor", "tools"},
@@ -106,8 +107,8 @@ def test_no_two_units_import_each_other():
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from DiT4DiT.doctor import memory_plan\n", "DiT4DiT.doctor"),
-    ("from DiT4DiT import memory_plan\n", "DiT4DiT.memory_plan"),
+    ("from DiT4DiT.doctor import time_plan\n", "DiT4DiT.doctor"),
+    ("from DiT4DiT import memory\n", "DiT4DiT.memory"),
     ("def f():\n    import DiT4DiT.tools.outputs\n", "DiT4DiT.tools.outputs"),
     ("from ..doctor import checks\n", "DiT4DiT.doctor"),
 ])

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from DiT4DiT.memory_estimate import (GIB, HEAD_BYTES_WITHOUT_DEEPSPEED, MEASURED,
-                                     NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN, action_head_params,
-                                     action_head_saved_bytes, cosmos_block_saved_bytes,
-                                     estimate_training_memory, text_encoder_graph_bytes, text_encoder_widths,
-                                     vae_condition_graph_bytes)
-from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.memory.estimate import (GIB, HEAD_BYTES_WITHOUT_DEEPSPEED, action_head_params, action_head_saved_bytes,
+                                     cosmos_block_saved_bytes, estimate_training_memory, text_encoder_graph_bytes,
+                                     text_encoder_widths, vae_condition_graph_bytes)
+from DiT4DiT.memory.measured import MEASURED, NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN
+from DiT4DiT.base_model.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.tools.measure_activation_memory import (cosmos_saved_bytes, cosmos_transformer, qwen_text_encoder,
                                                      text_encoder_saved_bytes, vae_saved_bytes, wan_vae)
 from helpers.sections import run_sections

@@ -1,4 +1,4 @@
-"""The memory plan (DiT4DiT/memory_plan.py): whether a run fits, and the smallest change that does, on the
+"""The memory plan (DiT4DiT/memory/plan.py): whether a run fits, and the smallest change that does, on the
 real 2B sizes (a shapes-only snapshot: real headers, no weights); through the doctor (fake npu-smi) and the
 launcher's preflight (in-process, made-up machines)."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from DiT4DiT import memory_plan
-from DiT4DiT.memory_estimate import estimate_training_memory
+from DiT4DiT.memory import plan as memory_plan
+from DiT4DiT.memory.estimate import estimate_training_memory
 from DiT4DiT.launch import options, plan as planning
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.tools.full_size_cosmos import write_shapes_only

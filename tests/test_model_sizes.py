@@ -13,7 +13,7 @@ from DiT4DiT.config.schema import load_config
 from DiT4DiT.config.sections import FrameworkActionModelSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
-from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.base_model.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 
 
 def linear(fan_in: int, fan_out: int, bias: bool = True) -> int:

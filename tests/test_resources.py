@@ -71,7 +71,7 @@ def test_auto_recomputes_as_many_blocks_as_the_device_needs(tmp_path, monkeypatc
     small for all of them gets all 28, and says so."""
     from dataclasses import replace
 
-    from DiT4DiT.memory_estimate import estimate_training_memory
+    from DiT4DiT.memory.estimate import estimate_training_memory
     from DiT4DiT.tools.full_size_cosmos import write_shapes_only
     from DiT4DiT.training import resources
 

@@ -1,4 +1,4 @@
-"""The analytic FLOPs of a training step (DiT4DiT/step_flops.py): each part's formula against torch's
+"""The analytic FLOPs of a training step (DiT4DiT/doctor/step_flops.py): each part's formula against torch's
 FlopCounterMode on the CPU (which counts every matmul and convolution there), at shapes of its own; and the step
 as each config trains it."""
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from DiT4DiT.memory_estimate import text_encoder_widths
-from DiT4DiT.memory_plan import ORIGINAL_CONFIGS
+from DiT4DiT.memory.estimate import text_encoder_widths
+from DiT4DiT.memory.plan import ORIGINAL_CONFIGS
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.prompt_encoding import embed_token_ids
-from DiT4DiT.step_flops import (action_head_forward_flops, snapshot_configs, text_encoder_forward_flops,
+from DiT4DiT.doctor.step_flops import (action_head_forward_flops, snapshot_configs, text_encoder_forward_flops,
                                 training_step_flops, vae_encode_flops)
 from DiT4DiT.tools.measure_activation_memory import qwen_text_encoder, wan_vae
 from helpers.sections import run_sections
@@ -67,7 +67,7 @@ def real_sizes(tmp_path_factory):
 
 
 def step(real_sizes, name: str, *overrides: str):
-    from DiT4DiT.memory_estimate import mixture_views
+    from DiT4DiT.memory.estimate import mixture_views
 
     framework, trainer, data = run_sections(ROOT / ORIGINAL_CONFIGS[name], *overrides)
     views = mixture_views(data.data_mix, data.data_config)

@@ -1,6 +1,7 @@
 """A tool's --out is a file (or folder) the tool creates or replaces, nothing else: a device node, a FIFO, the
 wrong kind of entry, a folder the tool did not write (with --overwrite) and a path inside a dataset or a run
-folder it does not own are refused in one line (exit 2), and what was there is left as it was.
+folder it does not own are refused in one line (exit 2), and what was there is left as it was (the rule:
+host/output_paths.py).
 
 Device nodes are made by the test under its temporary folder (as root; skipped where mknod is not permitted).
 """

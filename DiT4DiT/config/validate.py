@@ -17,7 +17,7 @@ from DiT4DiT.config.sections import FrameworkActionModelSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.facts import (AUTO, FRAME_SIDE_MULTIPLE, PIXEL_LOSS_TYPES, VAE_MODULE, is_under, latent_frame_count,
                            module_paths, num_output_frames)
-from DiT4DiT.pipeline_shape import read_pipeline_shape
+from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
 

@@ -27,14 +27,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from DiT4DiT import memory_plan, npu_topology
+from DiT4DiT.host import npu_topology
+from DiT4DiT.memory import plan as memory_plan
 from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.doctor import hccl_ports, npu_network, time_plan
 from DiT4DiT.launch import host_kind, preflight
-from DiT4DiT.host_memory import HostNeed, read_meminfo
-from DiT4DiT.memory_estimate import mixture_views
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.memory.host import HostNeed, read_meminfo
+from DiT4DiT.memory.estimate import mixture_views
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
 TORCH_VERSION = "2.7.1"
 # torch_npu release for torch 2.7.1 -> the CANN it is built for (Ascend/pytorch COMPATIBILITY, ASCEND_NOTES §3.1).

@@ -1,6 +1,6 @@
 """python -m DiT4DiT.doctor.memory_table [--processes N] [--base_model DIR]
 
-docs/full-size.md's table: the original's four configs on each device of DiT4DiT/memory_plan.py, fits as is or the
+docs/full-size.md's table: the original's four configs on each device of DiT4DiT/memory/plan.py, fits as is or the
 smallest change that does; by default on the real 2B sizes (a snapshot of headers only, written to a temporary
 folder).
 """
@@ -13,14 +13,14 @@ import tempfile
 from pathlib import Path
 
 from DiT4DiT.errors import UsageError, run_main
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
 PROG = "python -m DiT4DiT.doctor.memory_table"
 
 
 def table(argv: list[str]) -> int:
     from DiT4DiT.facts import REPO
-    from DiT4DiT.memory_plan import ORIGINAL_CONFIGS, fits_table
+    from DiT4DiT.memory.plan import ORIGINAL_CONFIGS, fits_table
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[2])
     parser.add_argument("--processes", type=int, default=16, help="processes of the job (default 16)")

@@ -1,6 +1,6 @@
 """python -m DiT4DiT.doctor.time_plan [--mfu 0.3] [--base_model DIR]
 
-How long a run takes, projected: each device's model FLOPs per optimizer step (DiT4DiT/step_flops.py: the step as
+How long a run takes, projected: each device's model FLOPs per optimizer step (DiT4DiT/doctor/step_flops.py: the step as
 the config trains it, per-device batch x gradient accumulation) at an assumed MFU of each device's bf16 dense peak,
 in seconds per step and hours for trainer.max_train_steps, on an A3 die, an A2 device and an H200. A projection,
 not a measurement: the MFU is assumed (bench/device_check.py measures a device's), and the optimizer step,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.errors import run_main
-from DiT4DiT.step_flops import PLANNED_DEVICES, peak_tflops, snapshot_configs, training_step_flops
+from DiT4DiT.doctor.step_flops import PLANNED_DEVICES, peak_tflops, snapshot_configs, training_step_flops
 
 PROG = "python -m DiT4DiT.doctor.time_plan"
 ASSUMED_MFU = 0.3  # a round figure for a DiT of this size on these devices until device_check measures one
@@ -56,8 +56,8 @@ def table(argv: list[str]) -> int:
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
     from DiT4DiT.facts import REPO
-    from DiT4DiT.memory_estimate import mixture_views
-    from DiT4DiT.memory_plan import ORIGINAL_CONFIGS
+    from DiT4DiT.memory.estimate import mixture_views
+    from DiT4DiT.memory.plan import ORIGINAL_CONFIGS
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[2])
     parser.add_argument("--mfu", type=float, default=ASSUMED_MFU, help="assumed MFU (default %(default)s)")
@@ -85,7 +85,7 @@ def table(argv: list[str]) -> int:
                      in projections(tflop, trainer.max_train_steps, args.mfu).values()]
             print(f"| {name} (batch {data.per_device_batch_size}, {trainer.max_train_steps} steps) | {tflop:.1f} | "
                   + " | ".join(cells) + " |")
-        print(f"\nat an assumed {args.mfu:.0%} MFU of each device's bf16 dense peak (DiT4DiT/step_flops.py)")
+        print(f"\nat an assumed {args.mfu:.0%} MFU of each device's bf16 dense peak (DiT4DiT/doctor/step_flops.py)")
     return 0
 
 

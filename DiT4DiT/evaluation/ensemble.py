@@ -11,11 +11,21 @@ from collections import deque
 
 import numpy as np
 
+from DiT4DiT.evaluation.errors import BadArgument
+
+
+def check_horizon(horizon: int, chunk: int | None = None) -> None:
+    """A horizon the ensembler can blend: at least one chunk, and no more chunks than a chunk has rows (the oldest
+    chunk kept must still predict the current step)."""
+    if horizon < 1:
+        raise BadArgument(f"--ensemble_horizon {horizon}: blend at least 1 chunk, or pass 0 to execute chunks")
+    if chunk is not None and chunk < horizon:
+        raise BadArgument(f"--ensemble_horizon {horizon}: a {chunk}-step chunk cannot cover it; use at most {chunk}")
+
 
 class AdaptiveEnsembler:
     def __init__(self, horizon: int, alpha: float = 0.0):
-        if horizon < 1:
-            raise ValueError(f"ensemble horizon {horizon}: it must be at least 1 (chunks to blend)")
+        check_horizon(horizon)
         self.horizon, self.alpha = int(horizon), float(alpha)
         self._chunks: deque[np.ndarray] = deque(maxlen=self.horizon)
 
@@ -25,9 +35,8 @@ class AdaptiveEnsembler:
     def __call__(self, prediction: np.ndarray) -> np.ndarray:
         """One action (D,) for the current step from a chunk (T, D) predicted now (or a single action (D,))."""
         prediction = np.asarray(prediction, dtype=np.float64)
-        if prediction.ndim == 2 and prediction.shape[0] < self.horizon:
-            raise ValueError(f"a {prediction.shape[0]}-step chunk cannot cover an ensemble horizon of {self.horizon}; "
-                             "lower the horizon to at most the chunk length")
+        if prediction.ndim == 2:
+            check_horizon(self.horizon, prediction.shape[0])
         self._chunks.append(prediction)
         count = len(self._chunks)
         if prediction.ndim == 1:

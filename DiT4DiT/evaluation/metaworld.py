@@ -288,7 +288,7 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
     """Write `episodes` successful expert episodes as the dataset out/dataset_name(task); returns that folder."""
     from DiT4DiT.dataloader import writer
     from DiT4DiT.dataloader.layout import DATASET_MARK
-    from DiT4DiT.output_paths import check_out, check_replaceable_folder
+    from DiT4DiT.host.output_paths import check_out, check_replaceable_folder
 
     if episodes < 1:
         raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")

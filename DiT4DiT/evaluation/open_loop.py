@@ -126,7 +126,7 @@ def evaluate_run(args: argparse.Namespace) -> None:
     from DiT4DiT.config.typed import section
     from DiT4DiT.dataloader.build import build_vla_dataset
     from DiT4DiT.serving.device import select_device
-    from DiT4DiT.output_paths import check_out
+    from DiT4DiT.host.output_paths import check_out
 
     overrides = [f"datasets.vla_data.data_mix={args.data_mix}"]
     if args.data_root_dir:

@@ -29,7 +29,7 @@ from typing import Any
 
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
-from DiT4DiT.process_lifetime import how_it_ended, process_state
+from DiT4DiT.host.process_lifetime import how_it_ended, process_state
 
 log = logging.getLogger("dit4dit.parallel")
 
@@ -77,7 +77,7 @@ def _child(worker: Worker, setup, episodes: list[int], results, parent: int, bea
     """An environment process: each result goes into the pipe as its episode ends (send() returns once it is
     there, so a kill a moment later loses no finished episode), and a beat every `beat_s` while it runs."""
     from DiT4DiT.logging_setup import configure_logging
-    from DiT4DiT.process_lifetime import die_with_parent
+    from DiT4DiT.host.process_lifetime import die_with_parent
 
     die_with_parent(parent)
     configure_logging()

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from DiT4DiT.errors import run_main
-from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler
-from DiT4DiT.evaluation.errors import BadArgument
+from DiT4DiT.evaluation.ensemble import AdaptiveEnsembler, check_horizon
+from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.observations import StateEncoder, camera_fields
+from DiT4DiT.evaluation.server_policy import connect_to
 from DiT4DiT.evaluation.summary import render, summarize, write_task_result
 from DiT4DiT.logging_setup import configure_logging
 
@@ -29,6 +30,7 @@ log = logging.getLogger("dit4dit.robocasa")
 GR1_PARTS = (("left_arm", 7), ("right_arm", 7), ("left_hand", 6), ("right_hand", 6), ("waist", 3))
 VIDEO_KEY = "video.ego_view"
 INSTRUCTION_KEY = "annotation.human.coarse_action"
+WAIT_S = 300.0  # how long to wait for the policy server to accept (the client's default)
 
 
 class RobocasaPolicy:
@@ -39,12 +41,15 @@ class RobocasaPolicy:
         meta = self.metadata = client.metadata
         self.chunk = int(meta["action_chunk"])
         self.parts = tuple(parts)
+        if not 1 <= n_action_steps <= self.chunk:
+            raise BadArgument(f"--n_action_steps {n_action_steps}: use 1..{self.chunk} (the served chunk length)")
+        if ensemble_horizon:
+            check_horizon(ensemble_horizon, self.chunk)
         width = sum(w for _, w in self.parts)
         if width != int(meta["action_dim"]):
-            raise ValueError(f"the served model returns {meta['action_dim']}-dim actions but the parts "
-                             f"{[name for name, _ in self.parts]} add up to {width}; pass the robot's parts")
-        if not 1 <= n_action_steps <= self.chunk:
-            raise ValueError(f"n_action_steps={n_action_steps}: use 1..{self.chunk} (the served chunk length)")
+            raise SimulatorError(f"the served model returns {meta['action_dim']}-dim actions but the parts "
+                                 f"{[name for name, _ in self.parts]} add up to {width}; serve a model trained on "
+                                 "this robot's layout")
         self.n_action_steps = n_action_steps
         self.encode_state = StateEncoder(meta) if int(meta["state_dim"]) else None
         self.ensemble_horizon, self.alpha = int(ensemble_horizon), float(alpha)
@@ -119,17 +124,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def evaluate_tasks(args: argparse.Namespace) -> None:
-    from DiT4DiT.serving.client import PolicyClient
-
-    try:
-        from examples.Robocasa_tabletop.eval_files.simulation_env import (
-            MultiStepConfig, SimulationConfig, SimulationInferenceEnv)
-    except ImportError as error:
-        raise BadArgument(f"the RoboCasa environment is not importable ({error}); install robocasa and robosuite and "
-                          "put the original DiT4DiT checkout (its examples/Robocasa_tabletop) on PYTHONPATH") from None
-    with PolicyClient(args.host, args.port) as client:
+    # The server first: its chunk length bounds --n_action_steps and --ensemble_horizon, checked before a simulator.
+    with connect_to(args.host, args.port, WAIT_S) as client:
         policy = RobocasaPolicy(client, args.n_action_steps, ensemble_horizon=args.ensemble_horizon,
                                 alpha=args.ensemble_alpha)
+        try:
+            from examples.Robocasa_tabletop.eval_files.simulation_env import (
+                MultiStepConfig, SimulationConfig, SimulationInferenceEnv)
+        except ImportError as error:
+            raise BadArgument(f"the RoboCasa environment is not importable ({error}); install robocasa and robosuite "
+                              "and put the original DiT4DiT checkout (its examples/Robocasa_tabletop) on PYTHONPATH"
+                              ) from None
         for env_name in [e for e in args.env_names.split(",") if e]:
             config = SimulationConfig(env_name=env_name, n_episodes=args.n_episodes, n_envs=args.n_envs,
                                       multistep=MultiStepConfig(n_action_steps=args.n_action_steps,

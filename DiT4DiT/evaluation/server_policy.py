@@ -26,9 +26,15 @@ def server_address(server: str) -> tuple[str, int]:
 
 def connect(server: str, wait_s: float):
     """A PolicyClient for HOST:PORT, or a SimulatorError saying how to start a server."""
+    return connect_to(*server_address(server), wait_s)
+
+
+def connect_to(host: str, port: int, wait_s: float):
+    """A PolicyClient for `host`:`port`, or a SimulatorError saying how to start a server; a server that refuses
+    us raises the client's ServerError (one line through run_main)."""
     from DiT4DiT.serving.client import PolicyClient
 
-    host, port = server_address(server)
+    server = f"{host}:{port}"
     try:
         return PolicyClient(host, port, wait_s=wait_s, retry_s=min(1.0, wait_s))
     except (TimeoutError, OSError) as error:

@@ -1,5 +1,5 @@
 """Is a data root complete enough to start training? (Standard library only; the base model's folder is
-checked by DiT4DiT/pipeline_folder.py.)
+checked by DiT4DiT/base_model/pipeline_folder.py.)
 
 Shared by the launcher's preflight and the doctor, so a missing dataset is reported in seconds, before 16
 processes start. Each function returns one problem per item ([] when the folder is complete).

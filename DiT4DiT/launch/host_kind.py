@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 
 from DiT4DiT.facts import DEVICE_KINDS
-from DiT4DiT import npu_topology
+from DiT4DiT.host import npu_topology
 
 KINDS = DEVICE_KINDS
 MIN_PYTHON = (3, 10)

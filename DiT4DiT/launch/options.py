@@ -14,7 +14,7 @@ from pathlib import Path
 
 from DiT4DiT.errors import UsageError
 from DiT4DiT.launch.host_kind import KINDS
-from DiT4DiT.npu_topology import SOCS
+from DiT4DiT.host.npu_topology import SOCS
 
 PROG = "scripts/train_8p.sh"
 # Short name -> trainer config key.
@@ -99,7 +99,7 @@ def _check(name: str, value) -> str:
     if name == "device_memory_gib" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
         raise UsageError(f"--device_memory_gib={value}: expected a number of GiB, e.g. 60")
     if name == "device_memory_gib":
-        from DiT4DiT.memory_plan import device_memory_problem
+        from DiT4DiT.memory.plan import device_memory_problem
 
         if device_memory_problem(float(value)):
             raise UsageError(device_memory_problem(float(value)))

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from DiT4DiT.facts import DETERMINISTIC_ENV, REPO, in_repo
-from DiT4DiT import npu_topology
+from DiT4DiT.host import npu_topology
 from DiT4DiT.launch import environment, host_kind, network, preflight, values
 from DiT4DiT.launch.environment import Environment
 from DiT4DiT.launch.host_kind import Host
 from DiT4DiT.launch.options import TRAINER_KEYS, Options, UsageError, option_names
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
 TRAIN_ENTRY = "DiT4DiT/training/train.py"
 DEFAULTS = {  # host kind -> (trainer config, accelerate config)
@@ -49,7 +49,7 @@ def _package_lib(name: str) -> str | None:
 
 
 def _device_free_gib(host: Host) -> float | None:
-    from DiT4DiT import memory_plan
+    from DiT4DiT.memory import plan as memory_plan
 
     return memory_plan.device_free_gib(host.kind, host.topology)  # npu-smi's answer when the host was detected
 
@@ -250,7 +250,7 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     if not in_repo(launch_config).is_file():
         problems.append(f"launch config {launch_config} not found ({shown['launch_config'][1]})")
     else:
-        from DiT4DiT.memory_plan import read_launch_config
+        from DiT4DiT.memory.plan import read_launch_config
 
         read_launch_config(launch_config)  # bounded: accelerate would read any size whole
     config = values.resolve(str(in_repo(config_yaml)), opts.forwarded, option_names())

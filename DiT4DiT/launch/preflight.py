@@ -7,7 +7,7 @@ from pathlib import Path
 from DiT4DiT.facts import TINY_DATA_DIR
 from DiT4DiT.launch import folder_checks
 from DiT4DiT.launch.host_kind import Host
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
 PATCH_MARK = "from torch_npu.contrib import transfer_to_npu"
 MX_PATCHER_MODES = ("lean", "default", "off")
@@ -104,10 +104,10 @@ def memory_plan_lines(config_yaml: Path, forwarded: list[str], base_model: str, 
     """(the memory plan for people, whether the run fits) for the config with the user's overrides; ([], True)
     when there is nothing to plan with (no safetensors)."""
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-    from DiT4DiT import memory_plan
+    from DiT4DiT.memory import plan as memory_plan
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
-    from DiT4DiT.memory_estimate import mixture_views
+    from DiT4DiT.memory.estimate import mixture_views
 
     typed = section(load_config(str(config_yaml), normalize_cli_overrides(forwarded)), ConfigSections)
     data = typed.datasets.vla_data

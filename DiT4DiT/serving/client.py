@@ -17,13 +17,15 @@ import numpy as np
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.serving import wire
 
 log = logging.getLogger(__name__)
 
 
-class ServerError(RuntimeError):
-    """The server answered with an error (its message included) or a traceback."""
+class ServerError(DiT4DiTError, RuntimeError):
+    """The server refused us (a token it needs) or answered with an error (its message included) or a traceback.
+    An entry point's run_main prints it as one line and exits 1; callers that caught RuntimeError still do."""
 
 
 class PolicyClient:

@@ -25,7 +25,7 @@ from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.transforms import Normalizer, StateEncoder
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.facts import num_output_frames
-from DiT4DiT.memory_estimate import mixture_views
+from DiT4DiT.memory.estimate import mixture_views
 from DiT4DiT.model.framework.share_tools import check_unnorm_key
 from DiT4DiT.model.modules.action_model.rtc import MAX_GUIDANCE_WEIGHT, PREFIX_KEYS
 from DiT4DiT.serving.layout import run_layout
@@ -52,7 +52,7 @@ MAX_SAMPLING_STEPS = 1000  # the server's --sampling_steps bound: the head quant
 
 
 def camera_count(data_mix: str, data_config: str) -> int:
-    """The run's cameras as the doctor and the trainer count them (memory_estimate.mixture_views);
+    """The run's cameras as the doctor and the trainer count them (memory/estimate.py: mixture_views);
     MAX_VIEWS_UNKNOWN where this host cannot tell (a dataset path that is not here, a data config the original
     names but never defines)."""
     try:

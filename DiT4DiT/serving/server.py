@@ -40,7 +40,7 @@ import numpy as np
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
-from DiT4DiT import process_lifetime
+from DiT4DiT.host import process_lifetime
 from DiT4DiT.errors import DiT4DiTError, run_main
 from DiT4DiT.logging_setup import configure_logging
 from DiT4DiT.model.framework.base_framework import BASE_MODEL_ENV

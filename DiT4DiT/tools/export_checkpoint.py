@@ -25,7 +25,7 @@ import torch
 
 from DiT4DiT.errors import run_main
 from DiT4DiT.model.framework.base_framework import baseframework
-from DiT4DiT.output_paths import OutputError, check_out
+from DiT4DiT.host.output_paths import OutputError, check_out
 from DiT4DiT.training.checkpoint import atomic_write
 
 

@@ -2,7 +2,7 @@
 
     python -m DiT4DiT.tools.full_size_cosmos --out DIR [--seed N] [--overwrite] [--size full|test]
 
-The configs are the real ones (DiT4DiT/cosmos_2b.py): the 2B transformer, the Wan2.1 VAE with its latents_mean/std,
+The configs are the real ones (DiT4DiT/base_model/cosmos_2b.py): the 2B transformer, the Wan2.1 VAE with its latents_mean/std,
 the UniPC scheduler, a Qwen2.5-VL text encoder with 28 layers of width 3584, so a prompt embedding has its real
 shape (512 x 28 x 3584). Weights are stored as the real snapshot stores them: bf16 text encoder and transformer,
 fp32 VAE, each component in as many safetensors shards as the real one (with its index file where it has one).
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import torch
 
-from DiT4DiT import cosmos_2b
-from DiT4DiT.cosmos_2b import COMPONENT_DTYPES, PARAMETERS, SPECIAL_TOKENS
+from DiT4DiT.base_model import cosmos_2b
+from DiT4DiT.base_model.cosmos_2b import COMPONENT_DTYPES, PARAMETERS, SPECIAL_TOKENS
 from DiT4DiT.facts import DTYPE_BYTES
-from DiT4DiT.pipeline_folder import PIPELINE_CLASS
+from DiT4DiT.base_model.pipeline_folder import PIPELINE_CLASS
 from DiT4DiT.tools.tiny_cosmos import build_tokenizer, report_written, write_folder_atomically
 
 DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-2B-random")

@@ -43,7 +43,7 @@ def fill(argv: list[str]) -> dict | None:
     from DiT4DiT.model.modules.cosmos_pipeline import TORCH_DTYPES
     from DiT4DiT.model.modules.latent_store import fill_latent_store
     from DiT4DiT.model.modules.node_store import Ranks
-    from DiT4DiT.pipeline_shape import read_pipeline_shape
+    from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
     from DiT4DiT.training.host_waits import HostWaits
 
     parser = argparse.ArgumentParser(prog="python -m DiT4DiT.tools.latent_store", description=__doc__.splitlines()[0])

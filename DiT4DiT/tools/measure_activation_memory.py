@@ -1,5 +1,5 @@
 """Measure, on the CPU, the activation memory of a DiT4DiT training step, and print the table that
-DiT4DiT/memory_estimate.py holds (MEASURED).
+DiT4DiT/memory/measured.py holds (MEASURED).
 
     python -m DiT4DiT.tools.measure_activation_memory              # real width: ~2 min on 2 cores, 2.3 GiB
     python -m DiT4DiT.tools.measure_activation_memory --heads 2    # the same layout at 2 x 128 = 256 wide
@@ -48,7 +48,7 @@ from DiT4DiT.facts import PATCH_SIZE
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_backbone import use_our_attention
 from DiT4DiT.tools.synthetic_inputs import transformer_inputs
-from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.base_model.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 
 # Shapes measured at: robotwin's 3 views of 224 px and 2 latent frames (1,176 tokens), its 512-token prompts, and
 # half of each, to separate the parts that grow with video tokens from those that grow with text tokens.
@@ -328,7 +328,7 @@ def qwen_text_encoder(layers: int, hidden: int, intermediate: int, heads: int, k
     mode; as the pipeline loads it (attention through SDPA)."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from DiT4DiT.cosmos_2b import TEXT_CONFIG, VISION_CONFIG
+    from DiT4DiT.base_model.cosmos_2b import TEXT_CONFIG, VISION_CONFIG
     from DiT4DiT.tools.full_size_cosmos import THIN_VISION
 
     text = {**TEXT_CONFIG, "vocab_size": 1024, "hidden_size": hidden, "intermediate_size": intermediate,
@@ -403,7 +403,7 @@ PARTS = ("cosmos", "action_head", "vae", "text_encoder", "vae_with_grad")
 
 def measure_all(heads: int, parts: tuple[str, ...] = PARTS) -> dict:
     """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
-    MEASURED in DiT4DiT/memory_estimate.py holds it; `parts`: the rows to measure (the others are left out)."""
+    MEASURED in DiT4DiT/memory/measured.py holds it; `parts`: the rows to measure (the others are left out)."""
     table = {}
     if "cosmos" in parts:
         transformer = cosmos_transformer(heads)

@@ -4,7 +4,7 @@
 
 Edit the result and put it at DIR/meta/modality.json to change the mapping: an explicit modality.json always
 wins. Exit status 1 with a one-line message when the dataset's features do not fit the data config, 2 when
---out is refused (see DiT4DiT/output_paths.py).
+--out is refused (see DiT4DiT/host/output_paths.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from DiT4DiT.dataloader.data_configs import DATA_CONFIGS
 from DiT4DiT.dataloader.modality import AUTO, choose_config, derive_modality
 from DiT4DiT.dataloader.reader import DatasetLayout
 from DiT4DiT.errors import run_main
-from DiT4DiT.output_paths import check_out
+from DiT4DiT.host.output_paths import check_out
 
 
 def main(argv: list[str] | None = None) -> int:

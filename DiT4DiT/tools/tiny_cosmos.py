@@ -24,12 +24,12 @@ import torch
 
 from DiT4DiT.errors import run_main
 from DiT4DiT.facts import TINY_MODEL_DIR
-from DiT4DiT.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
+from DiT4DiT.base_model.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
 from DiT4DiT.atomic_files import replace_folder
-from DiT4DiT.output_paths import WRITTEN_BY, OutputError, check_out, mark_written_by, written_by
-from DiT4DiT.pipeline_shape import read_pipeline_shape
+from DiT4DiT.host.output_paths import WRITTEN_BY, OutputError, check_out, mark_written_by, written_by
+from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
 

@@ -31,7 +31,7 @@ from DiT4DiT.dataloader.layout import DATASET_MARK
 from DiT4DiT.dataloader.writer import LAYOUTS, Columns, Episode, Storage, columns_for, video_codec, write_dataset
 from DiT4DiT.errors import UsageError, run_main
 from DiT4DiT.logging_setup import configure_logging
-from DiT4DiT.output_paths import OutputError, check_out, check_replaceable_folder
+from DiT4DiT.host.output_paths import OutputError, check_out, check_replaceable_folder
 
 PALETTE = ((230, 60, 40), (40, 200, 70), (50, 90, 230), (220, 190, 40))
 

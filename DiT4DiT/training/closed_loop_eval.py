@@ -34,11 +34,11 @@ import sys
 import time
 from pathlib import Path
 
-from DiT4DiT import npu_topology, process_lifetime
+from DiT4DiT.host import npu_topology, process_lifetime
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import TrainerClosedLoopEvalSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError, run_main
-from DiT4DiT.memory_plan import nvidia_free_mib
+from DiT4DiT.memory.plan import nvidia_free_mib
 
 log = logging.getLogger("dit4dit.closed_loop")
 

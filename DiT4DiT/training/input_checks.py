@@ -14,7 +14,7 @@ from DiT4DiT.config.sections import TrainerSection
 from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import action_chunk, check_backbone_fits
 from DiT4DiT.dataloader.config_checks import check_data_configs, check_data_folders, check_latent_cache
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 from DiT4DiT.training.closed_loop_eval import check_config as check_closed_loop_eval
 
 

@@ -2,7 +2,7 @@
 and, after the first step, how long the run will take.
 
 Host: every process on this node holds its weights while loading, plus one micro-batch of float32 frames in its
-own hands and `prefetch_factor` more in each data worker (DiT4DiT/host_memory.py, the doctor's rule too). Device: the doctor's estimate (weights, optimizer
+own hands and `prefetch_factor` more in each data worker (DiT4DiT/memory/host.py, the doctor's rule too). Device: the doctor's estimate (weights, optimizer
 shares, activations; +-30%) against the device's total memory. On a CPU-only host the device estimate is host
 memory too. Over the limit is a ResourceError naming the numbers and the fix, before the weights load or workers start;
 `trainer.ignore_resource_check` lets an expert start anyway.
@@ -18,10 +18,10 @@ import torch
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError
-from DiT4DiT.host_memory import HostNeed, read_meminfo
-from DiT4DiT.memory_estimate import GIB, estimate_training_memory, mixture_views
-from DiT4DiT.memory_plan import HEADROOM, fewest_recomputed_blocks
-from DiT4DiT.pipeline_shape import read_pipeline_shape
+from DiT4DiT.memory.host import HostNeed, read_meminfo
+from DiT4DiT.memory.estimate import GIB, estimate_training_memory, mixture_views
+from DiT4DiT.memory.plan import HEADROOM, fewest_recomputed_blocks
+from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def check_resources(framework: FrameworkSection, trainer: TrainerSection, data: 
 def auto_recomputed_blocks(framework: FrameworkSection, trainer: TrainerSection, data: DatasetsVlaDataSection,
                            num_processes: int, device: torch.device) -> tuple[int, str]:
     """trainer.gradient_checkpointing_blocks=auto on `device`: (blocks to recompute, why that many): the fewest
-    whose estimate fits the memory plan's share of the device's memory (memory_plan.fewest_recomputed_blocks)."""
+    whose estimate fits the memory plan's share of the device's memory (memory/plan.py: fewest_recomputed_blocks)."""
     base_model = Path(framework.cosmos25.base_model)
     layers = read_pipeline_shape(base_model).num_blocks
     total = device_total_bytes(device)

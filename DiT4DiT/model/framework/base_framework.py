@@ -33,7 +33,7 @@ from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework, share_tools
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.weights import load_trained_weights
-from DiT4DiT.pipeline_folder import pipeline_folder_problems
+from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
 log = logging.getLogger(__name__)
 

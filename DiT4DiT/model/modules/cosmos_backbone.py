@@ -45,7 +45,7 @@ from DiT4DiT.model.freezing import module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
 from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, vae_frames
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
-from DiT4DiT.pipeline_shape import read_pipeline_shape
+from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 from DiT4DiT.model.modules.host_to_device import to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.latent_store import Episode, LatentStore, fill_latent_store

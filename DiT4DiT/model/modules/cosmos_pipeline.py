@@ -62,7 +62,7 @@ def load_cosmos_components(
     local_files_only: bool = True,
 ) -> CosmosComponents:
     """Load text encoder, tokenizer, transformer, VAE and scheduler from a pipeline folder (checked complete by
-    DiT4DiT/pipeline_folder.py when the config loaded)."""
+    DiT4DiT/base_model/pipeline_folder.py when the config loaded)."""
     from diffusers import Cosmos2_5_PredictBasePipeline
     from transformers import Qwen2_5_VLForConditionalGeneration
 

@@ -32,7 +32,7 @@ from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, e
 from DiT4DiT.model.modules.host_to_device import to_device
 from DiT4DiT.model.modules.node_store import (SAFETENSORS_DTYPES, NodeStore, Ranks, StoreError, snapshot_identity,
                                               tensor_sha256)
-from DiT4DiT.safetensors_header import read_header
+from DiT4DiT.base_model.safetensors_header import read_header
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import torch
 
 from DiT4DiT.atomic_files import write_bytes_atomic
 from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.safetensors_header import raw_header
+from DiT4DiT.base_model.safetensors_header import raw_header
 
 log = logging.getLogger(__name__)
 

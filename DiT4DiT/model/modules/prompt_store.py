@@ -20,7 +20,7 @@ import torch
 
 from DiT4DiT.model.modules.host_to_device import stack_to_device
 from DiT4DiT.model.modules.node_store import SAFETENSORS_DTYPES, NodeStore, Ranks, StoreError, snapshot_identity, tensor_sha256
-from DiT4DiT.safetensors_header import read_header
+from DiT4DiT.base_model.safetensors_header import read_header
 
 STORE_DIR_KEY = "framework.cosmos25.prompt_store_dir"
 TENSOR_NAME = "embedding"

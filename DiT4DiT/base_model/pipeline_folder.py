@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from DiT4DiT.facts import PIPELINE_PARTS, TINY_MODEL_DIR, download_command
-from DiT4DiT.safetensors_header import HeaderError, read_header
+from DiT4DiT.base_model.safetensors_header import HeaderError, read_header
 
 KEY = "framework.cosmos25.base_model"
 PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.facts import DTYPE_BYTES, num_output_frames
-from DiT4DiT.memory_estimate import GIB, safetensors_param_count
+from DiT4DiT.memory.estimate import GIB, safetensors_param_count
 
 PREFETCH_FACTOR = 2  # torch DataLoader's default: batches each worker keeps ready
 # A worker's own pages (interpreter state it writes, parquet tables, decoder buffers): ~0.1 GiB measured on the

@@ -17,7 +17,7 @@ import pytest
 
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.parallel import WorkerError, blocks, check_num_envs, run_episodes
-from DiT4DiT.process_lifetime import process_state
+from DiT4DiT.host.process_lifetime import process_state
 from helpers.cli_runs import descendants
 from helpers.eval_workers import squares
 

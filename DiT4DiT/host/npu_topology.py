@@ -10,8 +10,8 @@ On an Atlas 800T A3 node every NPU (card) has two chips, and each chip is one to
 shows 16 devices; an A2 node shows one chip per NPU, 8 in all. The chip name cannot tell A2 from A3
 (a 910B3 sits in A2 servers), the chips-per-NPU count can; `--soc` / DIT4DIT_SOC overrides it.
 
-    python -m DiT4DiT.npu_topology            # human-readable table
-    python -m DiT4DiT.npu_topology --summary  # "<visible> <total> <soc>", e.g. "16 16 a3" or "0 0 none"
+    python -m DiT4DiT.host.npu_topology            # human-readable table
+    python -m DiT4DiT.host.npu_topology --summary  # "<visible> <total> <soc>", e.g. "16 16 a3" or "0 0 none"
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkSection, TrainerSection
 from DiT4DiT.facts import SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, latent_frame_count, num_output_frames
-from DiT4DiT.memory_estimate import PARTS, head_size, is_frozen, text_encoder_widths
+from DiT4DiT.memory.estimate import PARTS, head_size, is_frozen, text_encoder_widths
 
 # bf16 dense peak TFLOPS per device (one GPU, one NPU die), matched in order against the device name.
 # NVIDIA: H100/H200 SXM datasheets give 1,979 TFLOPS bf16 "with sparsity", i.e. 989 dense; H100 PCIe 756 dense

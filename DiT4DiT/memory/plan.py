@@ -2,7 +2,7 @@
 
 The launcher's preflight and the doctor (both above this module) call `plan()` with the config's framework,
 trainer and data sections, the number of processes, the ZeRO stage and the free memory of the smallest device
-(npu-smi, nvidia-smi, or --device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory_estimate.py)
+(npu-smi, nvidia-smi, or --device_memory_gib). A run fits when the memory estimate (DiT4DiT/memory/estimate.py)
 stays within HEADROOM of that memory. When it does not, each change is tried on a copy of the sections (`Setup`),
 in this order, alone and then stacked: activation checkpointing; the text encoder's layers checkpointed (when it
 trains); a smaller per-device batch with gradient accumulation raised to keep the global batch; ZeRO-3; ZeRO-2 with
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.facts import AUTO, in_repo, module_paths
-from DiT4DiT.memory_estimate import PARTS, Estimate, estimate_training_memory, is_frozen
-from DiT4DiT.pipeline_shape import read_pipeline_shape
+from DiT4DiT.memory.estimate import PARTS, Estimate, estimate_training_memory, is_frozen
+from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 # The allocator's fragmentation and the runtime's own memory (context, HCCL/NCCL buffers) take about a tenth.
 HEADROOM = 0.9
@@ -339,7 +339,7 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
     from DiT4DiT.config.schema import load_config
     from DiT4DiT.config.sections import ConfigSections
     from DiT4DiT.config.typed import section
-    from DiT4DiT.memory_estimate import mixture_views
+    from DiT4DiT.memory.estimate import mixture_views
 
     header = "| config | " + " | ".join(d.name for d in DEVICES.values()) + " |"
     rows = [header, "|" + "---|" * (len(DEVICES) + 1)]

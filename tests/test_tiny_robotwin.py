@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from DiT4DiT.output_paths import OutputError
+from DiT4DiT.host.output_paths import OutputError
 from DiT4DiT.tools.tiny_robotwin import generate
 from helpers.in_process import call_main
 
