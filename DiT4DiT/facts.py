@@ -58,11 +58,6 @@ def download_command(folder) -> str:
     return f"huggingface-cli download {HUB_REPO} --revision {HUB_REVISION} --local-dir {folder}"
 
 
-def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
-    """Frames per sample after subsampling the fetched offsets (frame 0 conditions, the rest are targets)."""
-    return len(range(0, len(video_delta_indices), action_video_freq_ratio))
-
-
 def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACTOR) -> int:
     """The VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames; extra frames are dropped."""
     return (num_frames - 1) // temporal_factor + 1

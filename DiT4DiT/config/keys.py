@@ -70,9 +70,20 @@ def key(default: Any, help: str, *, kind: str | None = None, min: float | None =
     return field(default=default, metadata={DECLARATION: declaration})
 
 
+class Entries(dict[str, Any]):
+    """An open node's entries (e.g. trainer.learning_rate: a rate per module path), read as `node["name"]` or, as
+    the loaded tree allowed, `node.name`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def open_node(entry: Key, **present: Key) -> Any:
     """A field whose entries the user names, each checked as `entry`; `present` are there by default."""
-    return field(default_factory=lambda: {name: k.default for name, k in present.items()},
+    return field(default_factory=lambda: Entries({name: k.default for name, k in present.items()}),
                  metadata={DECLARATION: OpenNode(entry, present)})
 
 

@@ -9,10 +9,12 @@ key, except the keys the original's own YAMLs carry without reading them (accept
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import typing
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,12 @@ from omegaconf.errors import OmegaConfBaseException
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import DECLARATION, Key, OpenNode, coerce, declared
 from DiT4DiT.config.sections import MAX_SEQUENCE_LENGTH, MIN_LR_SCHEDULERS, ConfigSections
+from DiT4DiT.config.typed import plain_values, section
 from DiT4DiT.facts import is_under
 from DiT4DiT.yaml_files import checked_yaml_text
 
 # MAX_SEQUENCE_LENGTH and MIN_LR_SCHEDULERS are declared with the sections; serving and the optimizer read them here.
-__all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULERS", "default_config", "load_config",
+__all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULERS", "config_of", "default_config", "load_config",
            "normalize_cli_overrides"]
 
 
@@ -70,7 +73,7 @@ MISPLACED_PREFIX = "trainer."
 
 
 def default_config() -> DictConfig:
-    return OmegaConf.create(dataclasses.asdict(ConfigSections()))
+    return OmegaConf.create(plain_values(ConfigSections()))
 
 
 def leaves(node: Any, prefix: str = ""):
@@ -198,21 +201,39 @@ def read_config_file(path: str | Path) -> DictConfig:
     return _parsed(str(path), lambda: OmegaConf.create(text))
 
 
-def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
-    """Defaults, then the YAML file, then CLI dotlist overrides; every key typed and every rule checked."""
-    from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
-
-    cfg = default_config()
+def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> ConfigSections:
+    """Defaults, then the YAML file, then CLI dotlist overrides, as the typed config; every key typed and every rule
+    checked."""
+    given: list[tuple[DictConfig | dict, str]] = []
     if config_yaml is not None:
         path = Path(config_yaml)
         if not path.is_file():
             raise ConfigError(f"--config_yaml {path}: no such file; pass a YAML such as DiT4DiT/config/tiny/dit4dit_tiny.yaml")
-        cfg = OmegaConf.merge(cfg, accept_known_keys(read_config_file(path), str(path)))
+        given.append((read_config_file(path), str(path)))
     if overrides:
-        given = _parsed("command line", lambda: OmegaConf.from_dotlist(overrides))
-        cfg = OmegaConf.merge(cfg, accept_known_keys(given, "command line"))
+        given.append((_parsed("command line", lambda: OmegaConf.from_dotlist(overrides)), "command line"))
+    return _checked(given)
+
+
+def config_of(config: ConfigSections | DictConfig | Mapping[str, Any], source: str = "the model's config") -> ConfigSections:
+    """The typed config of `config`: itself when typed, else the original's form (an OmegaConf tree or a dict, as its
+    `DiT4DiT(config)` gets it) merged over the defaults and checked the way load_config checks a file."""
+    if isinstance(config, ConfigSections):
+        return config
+    return _checked([(config if isinstance(config, DictConfig) else copy.deepcopy(dict(config)), source)])
+
+
+def _checked(given: list[tuple[DictConfig | dict, str]]) -> ConfigSections:
+    """The defaults with each (values, where they come from) merged over them in order, typed and checked."""
+    from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
+
+    cfg = default_config()
+    for values, source in given:
+        merged = OmegaConf.merge(cfg, accept_known_keys(values, source))
+        assert isinstance(merged, DictConfig)  # a mapping merged over a mapping
+        cfg = merged
     _typed(cfg)
     cfg.output_dir = str(run_dir_of(cfg.run_root_dir, cfg.run_id))
-    check_rules(cfg)
-    OmegaConf.set_readonly(cfg, True)  # checked once, so nothing may change it afterwards
-    return cfg
+    typed = section(cfg, ConfigSections)
+    check_rules(typed)
+    return typed

@@ -13,10 +13,14 @@ training find every key they ask for).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import FrozenInstanceError, dataclass, field, fields
+from pathlib import Path
+from typing import ClassVar, Literal, TypeVar
+
+from omegaconf.errors import ReadonlyConfigError
 
 from DiT4DiT.config.keys import Key, key, open_node
+from DiT4DiT.config.paths import StoreKind, store_root
 from DiT4DiT.facts import DEVICE_KINDS
 
 MAX_SEED = 2**32 - 1  # numpy's seed range (set_seed seeds numpy with seed + rank)
@@ -37,8 +41,37 @@ EvaluationDevice = Literal[("auto", *DEVICE_KINDS)]  # auto: the run's kind of d
 VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
 
 
+class ReadOnlyConfigError(FrozenInstanceError, ReadonlyConfigError):
+    """A key of a loaded config set: it was checked once, so nothing may change it (the error the read-only tree
+    raised before, for callers that catch it)."""
+
+
+class Section:
+    """What every section shares with the loaded tree it replaces: `"key" in section` asks whether it has that key,
+    and setting a key is a ReadOnlyConfigError."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in {f.name for f in fields(self)}  # type: ignore[arg-type]
+
+
+T = TypeVar("T")
+
+
+def read_only(cls: type[T]) -> type[T]:
+    """Setting or deleting a field of `cls` (a frozen dataclass) raises ReadOnlyConfigError."""
+
+    def refuse(self: object, name: str, *value: object) -> None:
+        raise ReadOnlyConfigError(f"{type(self).__name__}: '{name}' cannot be changed; the config is read-only once "
+                                  "loaded (set it in the YAML or on the command line)")
+
+    cls.__setattr__ = refuse  # type: ignore[assignment,method-assign]
+    cls.__delattr__ = refuse  # type: ignore[assignment,method-assign]
+    return cls
+
+
+@read_only
 @dataclass(frozen=True)
-class FrameworkCosmos25FlowMatchingSection:
+class FrameworkCosmos25FlowMatchingSection(Section):
     """framework.cosmos25.flow_matching"""
 
     time_distribution: Literal["logit_normal", "uniform"] = key("logit_normal", "video flow-matching time")
@@ -48,8 +81,9 @@ class FrameworkCosmos25FlowMatchingSection:
                                        min=0.0, max=1.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkCosmos25Section:
+class FrameworkCosmos25Section(Section):
     """framework.cosmos25"""
 
     READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"revision": "diffusers/base/post-trained"}
@@ -82,8 +116,9 @@ class FrameworkCosmos25Section:
     flow_matching: FrameworkCosmos25FlowMatchingSection = field(default_factory=FrameworkCosmos25FlowMatchingSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkActionModelDiffusionModelCfgSection:
+class FrameworkActionModelDiffusionModelCfgSection(Section):
     """framework.action_model.diffusion_model_cfg"""
 
     READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"norm_type": "ada_norm"}  # the only block norm here
@@ -99,8 +134,9 @@ class FrameworkActionModelDiffusionModelCfgSection:
     attention_head_dim: int | None = key(None, "override the size table's head width (tiny models)", min=1)
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkActionModelRtcTrainingSection:
+class FrameworkActionModelRtcTrainingSection(Section):
     """framework.action_model.rtc_training"""
 
     enabled: bool = key(False, "training-time real-time chunking: per example a delay d is drawn, the first d actions "
@@ -114,8 +150,9 @@ class FrameworkActionModelRtcTrainingSection:
                              why="P(d) is proportional to exp(-d / temperature); below 0.01 only d = 0 is ever drawn")
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkActionModelSection:
+class FrameworkActionModelSection(Section):
     """framework.action_model"""
 
     UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
@@ -149,8 +186,9 @@ class FrameworkActionModelSection:
         return self.future_action_window_size + 1
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkSection:
+class FrameworkSection(Section):
     """framework"""
 
     name: str = key("DiT4DiT", "registered framework class to build")
@@ -158,8 +196,9 @@ class FrameworkSection:
     action_model: FrameworkActionModelSection = field(default_factory=FrameworkActionModelSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class DatasetsVlaDataImageAugmentationSection:
+class DatasetsVlaDataImageAugmentationSection(Section):
     """datasets.vla_data.image_augmentation"""
 
     apply: Literal["data_config", "all", "none"] = key(
@@ -173,8 +212,9 @@ class DatasetsVlaDataImageAugmentationSection:
     hue: float = key(0.08, "training hue shift drawn from [-x, x] (of a full turn)", min=0.0, max=0.5)
 
 
+@read_only
 @dataclass(frozen=True)
-class DatasetsVlaDataSection:
+class DatasetsVlaDataSection(Section):
     """datasets.vla_data"""
 
     UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
@@ -220,23 +260,37 @@ class DatasetsVlaDataSection:
     image_augmentation: DatasetsVlaDataImageAugmentationSection = field(
         default_factory=DatasetsVlaDataImageAugmentationSection)
 
+    @property
+    def frame_offsets(self) -> tuple[int, ...]:
+        """The frame offsets a sample carries: every action_video_freq_ratio-th of video_delta_indices (the first
+        conditions, the rest are the video loss's targets)."""
+        return tuple(self.video_delta_indices[:: self.action_video_freq_ratio])
 
+    @property
+    def num_frames(self) -> int:
+        """Frames per sample after subsampling."""
+        return len(self.frame_offsets)
+
+
+@read_only
 @dataclass(frozen=True)
-class DatasetsSection:
+class DatasetsSection(Section):
     """datasets"""
 
     vla_data: DatasetsVlaDataSection = field(default_factory=DatasetsVlaDataSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerSchedulerSpecificKwargsSection:
+class TrainerSchedulerSpecificKwargsSection(Section):
     """trainer.scheduler_specific_kwargs"""
 
     min_lr: float = key(5e-7, "floor of the cosine schedule (as a rate relative to learning_rate.base)", min=0.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerOptimizerSection:
+class TrainerOptimizerSection(Section):
     """trainer.optimizer"""
 
     UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = ("name",)
@@ -246,15 +300,17 @@ class TrainerOptimizerSection:
     weight_decay: float = key(1e-8, "AdamW weight decay", min=0.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerLossScaleSection:
+class TrainerLossScaleSection(Section):
     """trainer.loss_scale"""
 
     future_video: float = key(1.0, "weight of the future-video loss in the total", min=0.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerClosedLoopEvalSection:
+class TrainerClosedLoopEvalSection(Section):
     """trainer.closed_loop_eval"""
 
     interval: int = key(0, "closed-loop success rate every n optimizer steps, on the checkpoint saved then, by a side "
@@ -284,8 +340,9 @@ class TrainerClosedLoopEvalSection:
                            max=7 * 86_400.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerSection:
+class TrainerSection(Section):
     """trainer"""
 
     UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
@@ -363,8 +420,9 @@ class TrainerSection:
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class ConfigSections:
+class ConfigSections(Section):
     """the whole config"""
 
     UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = ("is_debug",)
@@ -383,3 +441,19 @@ class ConfigSections:
     framework: FrameworkSection = field(default_factory=FrameworkSection)
     datasets: DatasetsSection = field(default_factory=DatasetsSection)
     trainer: TrainerSection = field(default_factory=TrainerSection)
+
+    @property
+    def run_dir(self) -> Path:
+        """<run_root_dir>/<run_id>: output_dir, which load_config derives and checks."""
+        return Path(self.output_dir if self.output_dir is not None else Path(self.run_root_dir, self.run_id))
+
+    def store_dir(self, kind: StoreKind) -> Path:
+        """The folder of the prompt-embedding or VAE-latent store: framework.cosmos25.<kind>_store_dir, else under
+        datasets.vla_data.cache_dir."""
+        cosmos = self.framework.cosmos25
+        configured = cosmos.prompt_store_dir if kind == "prompt" else cosmos.latent_store_dir
+        return store_root(kind, configured, self.datasets.vla_data.cache_dir)
+
+    def global_batch(self, num_processes: int) -> int:
+        """Samples per optimizer step: per_device_batch_size x gradient_accumulation_steps x processes."""
+        return self.datasets.vla_data.per_device_batch_size * self.trainer.gradient_accumulation_steps * num_processes

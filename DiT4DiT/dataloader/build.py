@@ -10,7 +10,7 @@ import numpy as np
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.dataloader import checks
-from DiT4DiT.dataloader.cache import cache_root
+from DiT4DiT.config.paths import cache_root
 from DiT4DiT.dataloader.data_configs import DataConfig
 from DiT4DiT.dataloader.dataset import EpisodeSteps, MixtureDataset, SampleShape
 from DiT4DiT.dataloader.errors import DataError
@@ -32,7 +32,7 @@ SPLITS = ("train", "eval")
 
 def sample_shape(vla: DatasetsVlaDataSection, action_horizon: int) -> SampleShape:
     return SampleShape(
-        video_offsets=tuple(vla.video_delta_indices[:: vla.action_video_freq_ratio]),
+        video_offsets=vla.frame_offsets,
         action_horizon=action_horizon,
         image_size=vla.image_size,
         max_state_dim=vla.max_state_dim,

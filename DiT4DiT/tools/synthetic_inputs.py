@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from DiT4DiT.config.sections import FrameworkActionModelSection
-from DiT4DiT.config.typed import section
 from DiT4DiT.facts import VAE_SPATIAL_FACTOR
 
 
@@ -15,8 +13,8 @@ def make_examples(cfg, batch: int = 2, views: int = 1, frames: int | None = None
     """Example dicts shaped like the data loader's for `cfg` (views side by side, frames in [0, 1])."""
     vla = cfg.datasets.vla_data
     if frames is None:
-        frames = len(range(0, len(vla.video_delta_indices), vla.action_video_freq_ratio))
-    size, chunk = int(vla.image_size), section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length
+        frames = vla.num_frames
+    size, chunk = int(vla.image_size), cfg.framework.action_model.chunk_length
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     action_mask = np.ones((chunk, vla.max_action_dim), dtype=bool)

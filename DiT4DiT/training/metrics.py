@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from DiT4DiT.atomic_files import atomic_write
-from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.sections import ConfigSections, TrainerSection
+from DiT4DiT.config.typed import plain_values
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training.closed_loop_eval import METRIC_PREFIX as EVALUATION_PREFIX
 
@@ -46,9 +46,9 @@ class WandbRun:
     config: dict
 
     @classmethod
-    def of(cls, cfg: DictConfig) -> "WandbRun":
+    def of(cls, cfg: ConfigSections) -> "WandbRun":
         return cls(cfg.wandb_project, cfg.wandb_entity, cfg.run_id, wandb_mode(cfg.wandb_mode),
-                   OmegaConf.to_container(cfg, resolve=True))
+                   plain_values(cfg))
 
 
 def with_original_names(record: dict, future_video_scale: float) -> dict:
