@@ -14,9 +14,9 @@ import dataclasses
 import difflib
 import typing
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -34,11 +34,14 @@ __all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULER
            "normalize_cli_overrides"]
 
 
+T = TypeVar("T")
+
+
 class OriginalKeysWarning(UserWarning):
     """The config carries keys the original defines but never reads, or puts a key where the original ignores it."""
 
 
-def _declarations(cls: type = ConfigSections, prefix: str = ""):
+def _declarations(cls: type[Any] = ConfigSections, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
     """(what, dotted path, value) of all the sections declare, depth first in declaration order: each key's Key,
     each open node's entry Key, the original's unread keys, and the keys only the original reads with their value."""
     for name in getattr(cls, "UNREAD_BY_THE_ORIGINAL", ()):
@@ -48,7 +51,7 @@ def _declarations(cls: type = ConfigSections, prefix: str = ""):
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         path, hint, declaration = prefix + field.name, hints[field.name], field.metadata.get(DECLARATION)
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             yield from _declarations(hint, path + ".")
         elif isinstance(declaration, OpenNode):
             entry_type = typing.get_args(hint)[1]
@@ -56,6 +59,7 @@ def _declarations(cls: type = ConfigSections, prefix: str = ""):
             for name, entry in declaration.present.items():
                 yield "key", f"{path}.{name}", declared(path, entry_type, entry)
         else:
+            assert isinstance(declaration, Key), path  # every field of a section is declared with key()
             yield "key", path, declared(path, hint, declaration)
 
 
@@ -76,7 +80,7 @@ def default_config() -> DictConfig:
     return OmegaConf.create(plain_values(ConfigSections()))
 
 
-def leaves(node: Any, prefix: str = ""):
+def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted path, value) of every leaf of a plain nested dict (an empty dict is a leaf); resume compares
     configs with it too."""
     for name, value in node.items():
@@ -96,7 +100,7 @@ def _closest(path: str) -> str:
     return difflib.get_close_matches(path, candidates, n=1, cutoff=0.0)[0]
 
 
-def _drop(container: dict, path: str) -> None:
+def _drop(container: dict[str, Any], path: str) -> None:
     *parents, name = path.split(".")
     node = container
     for part in parents:
@@ -106,10 +110,10 @@ def _drop(container: dict, path: str) -> None:
         _drop(container, ".".join(parents))
 
 
-def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
+def accept_known_keys(cfg: DictConfig | dict[str, Any], source: str) -> dict[str, Any]:
     """`cfg` as a plain dict without the original's unread and misplaced keys (each warned about once);
     ConfigError for any other key the schema does not know."""
-    container = OmegaConf.to_container(cfg) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
+    container = plain_values(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     unused, misplaced = [], []
     for path, value in list(leaves(container)):
         if path in KNOWN_KEYS:
@@ -184,7 +188,7 @@ def _resolved(cfg: DictConfig, path: str) -> Any:
                           f"(e.g. ${{run_id}}) or be removed") from None
 
 
-def _parsed(source: str, parse) -> DictConfig:
+def _parsed(source: str, parse: Callable[[], T]) -> T:
     """YAML text parsed by `parse`; text YAML cannot read is a ConfigError naming where and what."""
     try:
         return parse()
@@ -198,13 +202,15 @@ def _parsed(source: str, parse) -> DictConfig:
 def read_config_file(path: str | Path) -> DictConfig:
     """A config YAML file as it stands (no defaults), read with bounds (size, text, expanded nodes)."""
     text = _parsed(str(path), lambda: checked_yaml_text(path, ConfigError, "config file", top=yaml.MappingNode))
-    return _parsed(str(path), lambda: OmegaConf.create(text))
+    cfg = _parsed(str(path), lambda: OmegaConf.create(text))
+    assert isinstance(cfg, DictConfig)  # checked_yaml_text refuses a top level that is not a mapping
+    return cfg
 
 
 def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> ConfigSections:
     """Defaults, then the YAML file, then CLI dotlist overrides, as the typed config; every key typed and every rule
     checked."""
-    given: list[tuple[DictConfig | dict, str]] = []
+    given: list[tuple[DictConfig | dict[str, Any], str]] = []
     if config_yaml is not None:
         path = Path(config_yaml)
         if not path.is_file():
@@ -220,10 +226,12 @@ def config_of(config: ConfigSections | DictConfig | Mapping[str, Any], source: s
     `DiT4DiT(config)` gets it) merged over the defaults and checked the way load_config checks a file."""
     if isinstance(config, ConfigSections):
         return config
-    return _checked([(config if isinstance(config, DictConfig) else copy.deepcopy(dict(config)), source)])
+    if isinstance(config, DictConfig):
+        return _checked([(config, source)])
+    return _checked([(copy.deepcopy({str(name): value for name, value in config.items()}), source)])
 
 
-def _checked(given: list[tuple[DictConfig | dict, str]]) -> ConfigSections:
+def _checked(given: list[tuple[DictConfig | dict[str, Any], str]]) -> ConfigSections:
     """The defaults with each (values, where they come from) merged over them in order, typed and checked."""
     from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
 

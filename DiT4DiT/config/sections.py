@@ -21,7 +21,6 @@ from omegaconf.errors import ReadonlyConfigError
 
 from DiT4DiT.config.keys import Key, key, open_node
 from DiT4DiT.config.paths import StoreKind, store_root
-from DiT4DiT.facts import DEVICE_KINDS
 
 MAX_SEED = 2**32 - 1  # numpy's seed range (set_seed seeds numpy with seed + rank)
 # Upper bounds: values past them are typos that would otherwise exhaust memory or overflow a timer.
@@ -35,7 +34,7 @@ FutureLossType = Literal["flow_matching", "latent_flow_matching", "rectified_flo
 LrSchedulerType = Literal["cosine_with_min_lr", "cosine_warmup_with_min_lr", "linear", "cosine", "cosine_with_restarts",
                           "polynomial", "constant", "constant_with_warmup", "inverse_sqrt"]
 MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")  # read scheduler_specific_kwargs.min_lr
-EvaluationDevice = Literal[("auto", *DEVICE_KINDS)]  # auto: the run's kind of device
+EvaluationDevice = Literal["auto", "npu", "cuda", "cpu"]  # auto: the run's kind of device (facts.DEVICE_KINDS)
 # The original's decoders: decord has no aarch64 wheels and torchvision's reader is deprecated; PyAV reads the
 # same frames (torchvision_av is PyAV underneath).
 VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
@@ -64,8 +63,8 @@ def read_only(cls: type[T]) -> type[T]:
         raise ReadOnlyConfigError(f"{type(self).__name__}: '{name}' cannot be changed; the config is read-only once "
                                   "loaded (set it in the YAML or on the command line)")
 
-    cls.__setattr__ = refuse  # type: ignore[assignment,method-assign]
-    cls.__delattr__ = refuse  # type: ignore[assignment,method-assign]
+    cls.__setattr__ = refuse  # type: ignore[method-assign]
+    cls.__delattr__ = refuse  # type: ignore[method-assign]
     return cls
 
 
@@ -86,7 +85,7 @@ class FrameworkCosmos25FlowMatchingSection(Section):
 class FrameworkCosmos25Section(Section):
     """framework.cosmos25"""
 
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"revision": "diffusers/base/post-trained"}
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"revision": "diffusers/base/post-trained"}
 
     base_model: str | None = key(None, "local folder of a diffusers Cosmos2_5_PredictBasePipeline snapshot")
     local_files_only: bool = key(True, "never contact the hub; only local folders are read")
@@ -121,7 +120,7 @@ class FrameworkCosmos25Section(Section):
 class FrameworkActionModelDiffusionModelCfgSection(Section):
     """framework.action_model.diffusion_model_cfg"""
 
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"norm_type": "ada_norm"}  # the only block norm here
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"norm_type": "ada_norm"}  # the only block norm here
 
     cross_attention_dim: int = key(2048, "width of the backbone features the DiT attends to", min=1)
     dropout: float = key(0.2, "dropout in attention outputs and feed-forward", min=0.0, max=1.0)
@@ -155,11 +154,11 @@ class FrameworkActionModelRtcTrainingSection(Section):
 class FrameworkActionModelSection(Section):
     """framework.action_model"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = (
         "repeated_diffusion_steps",  # the original reads trainer.repeated_diffusion_steps
         "num_target_vision_tokens",
     )
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"past_action_window_size": 0}  # the head has no past actions
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"past_action_window_size": 0}  # the head has no past actions
 
     action_model_type: Literal["DiT-B", "DiT-L"] = key("DiT-B", "action DiT size: DiT-B (12x64) or DiT-L (32x48)")
     hidden_size: int = key(2560, "width of the state encoder and action decoder MLPs", min=1)
@@ -217,12 +216,12 @@ class DatasetsVlaDataImageAugmentationSection(Section):
 class DatasetsVlaDataSection(Section):
     """datasets.vla_data"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = (
         "include_state", "action_type", "default_image_resolution", "load_all_data_for_training", "obs",
         "delete_pause_frame",  # only part of a cache key there
         "lerobot_version",  # read by the original with a default, not here: each dataset's meta/info.json says it
     )
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"dataset_py": "lerobot_datasets"}  # one data loader family here
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"dataset_py": "lerobot_datasets"}  # one data loader family here
 
     data_root_dir: str | None = key(None, "folder holding the datasets of a named mixture (unused when data_mix is a "
                                     "path)")
@@ -293,7 +292,7 @@ class TrainerSchedulerSpecificKwargsSection(Section):
 class TrainerOptimizerSection(Section):
     """trainer.optimizer"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = ("name",)
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = ("name",)
 
     betas: list[float] = key([0.9, 0.95], "AdamW betas", min=0.0, max=1.0, length=2)
     eps: float = key(1e-8, "AdamW epsilon", min=0.0)
@@ -345,7 +344,7 @@ class TrainerClosedLoopEvalSection(Section):
 class TrainerSection(Section):
     """trainer"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = (
         "epochs",
         "max_grad_norm",  # the original clips with trainer.gradient_clipping
         "warmup_ratio",
@@ -425,7 +424,7 @@ class TrainerSection(Section):
 class ConfigSections(Section):
     """the whole config"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = ("is_debug",)
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = ("is_debug",)
 
     run_id: str = key("dit4dit_run", "name of the run; the run directory is <run_root_dir>/<run_id>")
     run_root_dir: str = key("./runs", "parent folder of run directories")

@@ -29,10 +29,10 @@ def section(node: Any, cls: type[T]) -> T:
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]  # cls is one of the section dataclasses
         value, hint = node[field.name], hints[field.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             values[field.name] = section(value, hint)
         elif typing.get_origin(hint) is dict:  # an open node (keys.open_node)
-            values[field.name] = Entries(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+            values[field.name] = Entries(plain_values(value))
         else:
             values[field.name] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     return cls(**values)
@@ -42,7 +42,8 @@ def plain_values(config: Any, resolve: bool = True) -> dict[str, Any]:
     """A config (typed, an OmegaConf tree or a mapping) as a plain nested dict, ${...} references resolved (or
     kept as text: `resolve=False`)."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return _plain(config)
+        values: dict[str, Any] = _plain(config)
+        return values
     if OmegaConf.is_config(config):
         container = OmegaConf.to_container(config, resolve=resolve)
         assert isinstance(container, dict)  # a config's root is a mapping (read_config_file checks it)

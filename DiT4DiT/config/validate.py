@@ -94,7 +94,7 @@ def check_rules(cfg: ConfigSections) -> None:
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
     if has_action_head(cfg):
         check_action_dims(cfg)
-        chunk = action_chunk(cfg)
+        chunk = head.chunk_length
         _require(head.action_horizon == chunk,
                  f"framework.action_model.action_horizon ({head.action_horizon}) must equal "
                  f"future_action_window_size + 1 ({chunk}): the eval compares "
@@ -136,7 +136,7 @@ def check_rules(cfg: ConfigSections) -> None:
              f"trainer.profile_steps={trainer.profile_steps}: the run ends at step {trainer.max_train_steps}; profile "
              "steps within it")
     refusal = latent_cache_refusal(cfg) if cosmos.latent_cache else None
-    _require(refusal is None, refusal)
+    _require(refusal is None, str(refusal))
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
              "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
              "own training state; unset one of them")
@@ -150,6 +150,8 @@ def check_rules(cfg: ConfigSections) -> None:
 def check_backbone_fits(cfg: ConfigSections) -> None:
     """The backbone keys agree with the sizes the (complete) base model folder's configs declare."""
     cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
+    if cosmos.base_model is None:  # the folder checks (input_checks.py) say so first
+        raise ConfigError("framework.cosmos25.base_model is not set; give the Cosmos-Predict2.5 snapshot folder")
     shape = read_pipeline_shape(cosmos.base_model)
     _require(0 <= cosmos.extract_layer < shape.num_blocks,
              f"framework.cosmos25.extract_layer={cosmos.extract_layer} is out of range: the transformer has "

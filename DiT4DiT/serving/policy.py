@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from DiT4DiT.config.schema import MAX_SEQUENCE_LENGTH
+from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.transforms import Normalizer, StateEncoder
