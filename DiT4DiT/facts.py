@@ -6,6 +6,7 @@ broken; the model and data code import the same names, so the two never disagree
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 # The checkout holding this package: relative paths in a launch and the shipped configs are read from it.
@@ -81,6 +82,6 @@ def module_paths(text: str | None) -> list[str]:
     return [p.strip() for p in str(text or "").split(",") if p.strip()]
 
 
-def is_under(path: str, prefixes) -> bool:
+def is_under(path: str, prefixes: Iterable[str]) -> bool:
     """Whether dotted `path` is one of the dotted `prefixes` or lies below one ("a.b" is under "a", "ab" is not)."""
     return any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes)

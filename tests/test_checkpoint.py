@@ -65,3 +65,21 @@ def test_summary_lists_every_saved_step(tmp_path):
     ckpt.append_summary(tmp_path, 20)
     lines = (tmp_path / "summary.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [{"steps": 10}, {"steps": 20}]
+
+
+def test_saving_and_loading_weights_cover_a_module_as_facts_is_under_does():
+    """The module-prefix rule has one home (facts.is_under): what a checkpoint leaves out and what a load lets be
+    missing are the same keys, "vae" covering "vae" and "vae.weight" but not "vae_extra.weight"."""
+    from torch import nn
+
+    from DiT4DiT.facts import is_under
+    from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
+
+    model = nn.ModuleDict({"vae": nn.Linear(1, 1), "vae_extra": nn.Linear(1, 1)})
+    state = model.state_dict()
+    kept = ckpt.weights_to_save(state, ["vae"])
+    assert set(kept) == {k for k in state if not is_under(k, ["vae"])} == {"vae_extra.weight", "vae_extra.bias"}
+    load_trained_weights(model, kept, "kept.pt", may_be_missing=["vae"])
+    with pytest.raises(CheckpointMismatchError, match="vae_extra"):
+        load_trained_weights(model, {k: v for k, v in state.items() if k.startswith("vae.")}, "vae.pt",
+                             may_be_missing=["vae"])

@@ -306,6 +306,11 @@ class TrainerLossScaleSection(Section):
 
     future_video: float = key(1.0, "weight of the future-video loss in the total", min=0.0)
 
+    def scaled_video(self, future_video_loss: float) -> float:
+        """The future-video loss as it enters the total loss (and as the original logs it, future_video_loss_scaled);
+        a float or a tensor."""
+        return self.future_video * future_video_loss
+
 
 @read_only
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from DiT4DiT.atomic_files import atomic_write
-from DiT4DiT.config.sections import ConfigSections, TrainerSection
+from DiT4DiT.config.sections import ConfigSections, TrainerLossScaleSection, TrainerSection
 from DiT4DiT.config.typed import plain_values
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training.closed_loop_eval import METRIC_PREFIX as EVALUATION_PREFIX
@@ -56,7 +56,8 @@ def with_original_names(record: dict, future_video_scale: float) -> dict:
     loss as it enters the total)."""
     extra = {theirs: record[ours] for ours, theirs in ORIGINAL_NAMES.items() if ours in record}
     if "future_video_loss" in record:
-        extra["future_video_loss_scaled"] = future_video_scale * record["future_video_loss"]
+        scale = TrainerLossScaleSection(future_video=future_video_scale)
+        extra["future_video_loss_scaled"] = scale.scaled_video(record["future_video_loss"])
     return record | extra
 
 

@@ -69,7 +69,7 @@ def compose_loss(losses: dict[str, torch.Tensor], loss_scale: TrainerLossScaleSe
     refuses to return neither)."""
     total = losses.get("action_loss", 0.0)
     if "future_video_loss" in losses:
-        total = total + loss_scale.future_video * losses["future_video_loss"]
+        total = total + loss_scale.scaled_video(losses["future_video_loss"])
     return total
 
 

@@ -25,7 +25,7 @@ from DiT4DiT.config.sections import ConfigSections, TrainerSection
 from DiT4DiT.config.typed import replaced
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
-from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV
+from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV, is_under
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed_modules
@@ -311,10 +311,6 @@ def due(done: int, interval: int, last: int) -> bool:
     return done % interval == 0 or done == last
 
 
-def prefixes(paths: list[str]) -> tuple[str, ...]:
-    return tuple(path + "." for path in paths)
-
-
 def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume | None,
                  deepspeed: bool) -> torch.nn.Module:
     """The built framework with its frozen modules (and its text encoder's layers checkpointed when asked),
@@ -325,7 +321,7 @@ def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume
     if trainer.pretrained_checkpoint:
         load_pretrained(model, trainer.pretrained_checkpoint, trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
-        load_trained_weights(model, load_weights(resume.weights, "trainer.is_resume"), resume.weights, may_be_missing=prefixes(frozen))
+        load_trained_weights(model, load_weights(resume.weights, "trainer.is_resume"), resume.weights, may_be_missing=frozen)
     return model
 
 
@@ -335,15 +331,14 @@ def load_pretrained(model: torch.nn.Module, checkpoint: str, reload_modules: str
     state = load_weights(path)
     modules = module_paths(reload_modules)
     if modules:
-        listed = prefixes(modules)
-        state = {k: v for k, v in state.items() if k.startswith(listed)}
+        state = {k: v for k, v in state.items() if is_under(k, modules)}
         if not state:
             raise ConfigError(f"trainer.reload_modules: {path} holds no weights under {modules}")
         # The listed modules must load completely; everything else keeps its freshly built weights.
-        others = tuple(k for k in model.state_dict() if not k.startswith(listed))
+        others = [k for k in model.state_dict() if not is_under(k, modules)]
         load_trained_weights(model, state, path, may_be_missing=others)
     else:
-        load_trained_weights(model, state, path, may_be_missing=prefixes(frozen))
+        load_trained_weights(model, state, path, may_be_missing=frozen)
     log.info("loaded %d tensors from %s", len(state), path)
 
 

@@ -145,9 +145,8 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
         checkpoint = Path(pretrained_checkpoint)
         config = load_run_config(checkpoint, base_model)
         model = build_framework(config)  # a ConfigError names the registered frameworks if it is not one
-        left_out = tuple(path + "." for path in left_out_of_checkpoints(config.trainer))
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        load_trained_weights(model, state, checkpoint, may_be_missing=left_out)
+        load_trained_weights(model, state, checkpoint, may_be_missing=left_out_of_checkpoints(config.trainer))
         model.norm_stats = json.loads((checkpoint.parents[1] / "dataset_statistics.json").read_text())
         return model
 
