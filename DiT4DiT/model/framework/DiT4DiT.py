@@ -90,6 +90,7 @@ class DiT4DiT(nn.Module):
             targets=targets and head is not None,
             state=head is not None and head.state_encoder is not None and "state" in examples[0],
             current_frame_only=not targets,  # only the current observation conditions a predicted action
+            stored_prompts=self.backbone_interface.extractor.stored_prompts([example["lang"] for example in examples]),
         )
         if batch.actions is not None and batch.actions.shape[1] != self.chunk_len:
             raise ConfigError(
@@ -118,6 +119,7 @@ class DiT4DiT(nn.Module):
                 want_features=self.action_model is not None,
                 want_video_loss=self.training_mode != "action",
                 posterior=batch.posterior,
+                prompt_embeds=batch.prompt_embeds,
             )
         losses = {}
         if self.action_model is not None:
@@ -148,7 +150,8 @@ class DiT4DiT(nn.Module):
         batch = self._model_batch(examples, targets=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(batch.video, batch.instructions, want_features=True,
-                                               want_video_loss=False, generators=generators, posterior=batch.posterior)
+                                               want_video_loss=False, generators=generators, posterior=batch.posterior,
+                                               prompt_embeds=batch.prompt_embeds)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             features = backbone.features.to(self.action_model.dtype)
             prefix = ChunkPrefix.of(examples, self.chunk_len, self.action_model.action_dim, features.device,
