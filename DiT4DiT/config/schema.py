@@ -30,7 +30,7 @@ from DiT4DiT.facts import is_under
 from DiT4DiT.yaml_files import checked_yaml_text
 
 # MAX_SEQUENCE_LENGTH and MIN_LR_SCHEDULERS are declared with the sections; serving and the optimizer read them here.
-__all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULERS", "config_of", "default_config", "load_config",
+__all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULERS", "ConfigLike", "config_of", "default_config", "load_config",
            "normalize_cli_overrides"]
 
 
@@ -221,7 +221,11 @@ def load_config(config_yaml: str | Path | None, overrides: list[str] | None = No
     return _checked(given)
 
 
-def config_of(config: ConfigSections | DictConfig | Mapping[str, Any], source: str = "the model's config") -> ConfigSections:
+# What the original's code hands a model: our typed config, or its own OmegaConf tree or dict (config_of converts).
+ConfigLike = ConfigSections | DictConfig | Mapping[str, Any]
+
+
+def config_of(config: ConfigLike, source: str = "the model's config") -> ConfigSections:
     """The typed config of `config`: itself when typed, else the original's form (an OmegaConf tree or a dict, as its
     `DiT4DiT(config)` gets it) merged over the defaults and checked the way load_config checks a file."""
     if isinstance(config, ConfigSections):

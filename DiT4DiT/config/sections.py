@@ -2,8 +2,10 @@
 
 A field's annotation is its type (`X | None`: null is allowed, `Literal[...]`: its choices); `key(default, help,
 ...)` gives its default, one-line meaning, bounds with their reason and the original's spellings of a value.
-`load_config` (DiT4DiT/config/schema.py) checks a YAML and the command line against these classes, and
-`section(cfg.trainer, TrainerSection)` (DiT4DiT/config/typed.py) turns a loaded node into its dataclass.
+`load_config` (DiT4DiT/config/schema.py) checks a YAML and the command line against these classes and returns
+the whole tree as a ConfigSections; every component takes the sections it reads from it. Quantities derived from
+several keys are properties or methods here, each computed in this one place (the global batch, the run folder, the
+store folders, the frames a sample carries, the scaled video loss).
 Keys are the original DiT4DiT's, so its configs and launch flags carry over; each class also names the keys the
 original's YAMLs carry without reading them (UNREAD_BY_THE_ORIGINAL: accepted with one warning, dropped) and the
 keys the original reads and this trainer does not (READ_BY_THE_ORIGINAL_ONLY: accepted, dropped, and written into

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError, config_of
+from DiT4DiT.config.schema import ConfigError, ConfigLike, config_of
 from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.model.framework import register_framework
@@ -33,28 +33,28 @@ def autocast_enabled(mixed_precision: str) -> bool:
 
 @register_framework("DiT4DiT")
 class DiT4DiT(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config: ConfigLike):
         """The model of `config`: the typed config (load_config's), or the original's form (an OmegaConf tree or a
         dict), converted and checked once here; `self.config` is the typed config either way."""
         super().__init__()
-        config = config_of(config)
-        self.config: ConfigSections = config
+        cfg = config_of(config)
+        self.config: ConfigSections = cfg
         self.norm_stats = None
-        trainer, action_cfg = config.trainer, config.framework.action_model
+        trainer, action_cfg = cfg.trainer, cfg.framework.action_model
         self.repeated_diffusion_steps = trainer.repeated_diffusion_steps
         self.chunk_len = action_cfg.chunk_length
         self.autocast_enabled = autocast_enabled(trainer.mixed_precision)
         checkpointing = trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
-                if has_action_head(config) else None)
+        head = (build_action_head(action_cfg, cfg.framework.cosmos25.vl_hidden_dim, checkpointing)
+                if has_action_head(cfg) else None)
         self.backbone_interface = CosmosBackboneInterface(
-            config.framework.cosmos25,
-            num_frames_out=config.datasets.vla_data.num_frames,
-            prompt_store_dir=config.store_dir("prompt"),
+            cfg.framework.cosmos25,
+            num_frames_out=cfg.datasets.vla_data.num_frames,
+            prompt_store_dir=cfg.store_dir("prompt"),
             gradient_checkpointing=checkpointing,
             gradient_checkpointing_blocks=trainer.gradient_checkpointing_blocks,
-            latent_store_dir=config.store_dir("latent"),
+            latent_store_dir=cfg.store_dir("latent"),
         )
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
