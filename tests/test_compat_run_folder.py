@@ -178,3 +178,19 @@ def test_the_originals_run_folder_of_each_shipped_yaml_loads_here(yaml_name, tin
     model = build_framework(load_config(tmp_path / "run/config.yaml"))
     checkpoint = _write_run(tmp_path / "run", None, model.state_dict(), OmegaConf.to_container(config))
     _assert_same(DiT4DiT.from_pretrained(checkpoint).state_dict(), model.state_dict())
+
+
+def test_the_originals_constructor_takes_its_omegaconf_config_and_converts_it_once(tiny_pipeline_dir, tmp_path):
+    """`DiT4DiT(config)` as the original's code calls it, with the OmegaConf tree it reads from its YAML (unread keys
+    and all) or a plain dict: the model converts it once and keeps the typed config, the same one load_config
+    gives for that YAML."""
+    yaml = REPO / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+    overrides = [f"framework.cosmos25.base_model={tiny_pipeline_dir}",
+                 f"framework.cosmos25.prompt_store_dir={tmp_path / 'prompts'}"]
+    original = OmegaConf.merge(OmegaConf.load(yaml), OmegaConf.from_dotlist(overrides))
+    typed = load_config(yaml, overrides)
+    for config in (original, OmegaConf.to_container(original)):
+        model = DiT4DiT(config)
+        assert model.config == typed
+        with pytest.raises(AttributeError):
+            model.config.trainer.max_train_steps = 1  # read-only once loaded, as the tree was
