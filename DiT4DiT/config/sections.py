@@ -21,6 +21,7 @@ from typing import ClassVar, Literal, TypeVar
 
 from omegaconf.errors import ReadonlyConfigError
 
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import Key, key, open_node
 from DiT4DiT.config.paths import StoreKind, store_root
 
@@ -115,6 +116,14 @@ class FrameworkCosmos25Section(Section):
     latent_store_dir: str | None = key(None, "VAE latent store (default: <datasets.vla_data.cache_dir>/vae_latents); "
                                        "local disk per node or a shared filesystem")
     flow_matching: FrameworkCosmos25FlowMatchingSection = field(default_factory=FrameworkCosmos25FlowMatchingSection)
+
+    @property
+    def base_model_folder(self) -> Path:
+        """base_model as a path; a ConfigError when it is unset (whatever reads the snapshot needs it)."""
+        if self.base_model is None:
+            raise ConfigError("framework.cosmos25.base_model is not set; give the Cosmos-Predict2.5 snapshot folder "
+                              "(--framework.cosmos25.base_model DIR)")
+        return Path(self.base_model)
 
 
 @read_only

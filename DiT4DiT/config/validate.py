@@ -150,9 +150,7 @@ def check_rules(cfg: ConfigSections) -> None:
 def check_backbone_fits(cfg: ConfigSections) -> None:
     """The backbone keys agree with the sizes the (complete) base model folder's configs declare."""
     cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
-    if cosmos.base_model is None:  # the folder checks (input_checks.py) say so first
-        raise ConfigError("framework.cosmos25.base_model is not set; give the Cosmos-Predict2.5 snapshot folder")
-    shape = read_pipeline_shape(cosmos.base_model)
+    shape = read_pipeline_shape(cosmos.base_model_folder)
     _require(0 <= cosmos.extract_layer < shape.num_blocks,
              f"framework.cosmos25.extract_layer={cosmos.extract_layer} is out of range: the transformer has "
              f"{shape.num_blocks} blocks, so the valid range is 0..{shape.num_blocks - 1}")
