@@ -34,7 +34,7 @@ class ResourceError(DiT4DiTError):
 def device_total_bytes(device: torch.device) -> int | None:
     if device.type == "cpu":
         return None
-    return torch.get_device_module(device).get_device_properties(device).total_memory
+    return int(torch.get_device_module(device).get_device_properties(device).total_memory)
 
 
 def usable_cores() -> int:

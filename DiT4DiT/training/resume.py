@@ -118,13 +118,13 @@ def check_config_unchanged(cfg: ConfigSections, run_dir: Path, resume: Resume, n
         )
 
 
-def fast_forward(scheduler, steps: int) -> None:
+def fast_forward(scheduler: Any, steps: int) -> None:
     """Step the learning-rate schedule to where `steps` optimizer steps leave it (the optimizer is not stepped)."""
     for _ in range(steps):
         scheduler.step()
 
 
-def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
+def use_saved_statistics(datasets: list[Any], path: Path, is_main: bool) -> None:
     """Normalise with the run's saved statistics: its checkpoints are paired with them (the file is not rewritten).
 
     A run without the file (weights only, e.g. from the original DiT4DiT) gets the current data's statistics.
