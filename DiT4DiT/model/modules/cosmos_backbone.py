@@ -235,6 +235,11 @@ class CosmosFeatureExtractor(nn.Module):
         """Each prompt's stored embedding, on the host (memory-mapped), when the prompt store serves this batch: the
         store is on, the text encoder frozen and every prompt stored; host_to_device.model_batch moves them with the
         rest of the batch. None when the text encoder encodes them instead."""
+        return self._stored_rows(prompts)
+
+    def _stored_rows(self, prompts: list[str]) -> list[torch.Tensor] | None:
+        # stored_prompts' body, called directly by prompt_embeddings: the stage clock (serving/stage_timing.py) times
+        # the batch's lookup through stored_prompts, and this one inside the prompt stage it already times.
         store = self.prompt_store
         if store is not None and not self._text_encoder_trainable():
             missing = [p for p in dict.fromkeys(prompts) if not store.has(p)]
@@ -258,7 +263,7 @@ class CosmosFeatureExtractor(nn.Module):
     def prompt_embeddings(self, prompts: list[str], device: torch.device) -> torch.Tensor:
         """(B, max_sequence_length, D) on `device`: the stored embeddings (for callers without a ModelBatch), else
         the text encoder's output."""
-        stored = self.stored_prompts(prompts)
+        stored = self._stored_rows(prompts)
         if stored is not None:
             return stack_to_device(stored, device)
         return self._encode_prompts(prompts).to(device)  # the encoder runs on the device: no host copy
