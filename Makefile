@@ -10,7 +10,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 TINY_MODEL := playground/Pretrained_models/Cosmos-Predict2.5-tiny
 TINY_DATA := playground/Datasets/robotwin_tiny
 
-.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast test-patched bench rehearsal sim-env sim-system-packages libero-env test-libero
+.PHONY: venv develop tiny-assets tiny-dataset train-tiny test test-fast typecheck test-patched bench rehearsal sim-env sim-system-packages libero-env test-libero
 
 venv: $(VENV)/.installed
 
@@ -62,6 +62,11 @@ test: venv $(DS_SHM_OP)
 # The fast tier: unit and in-process tests, no subprocess; what to run while editing.
 test-fast: venv
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
+
+# The type checker as pyproject.toml's [tool.mypy] sets it (strict packages, the modules not yet clean); the fast
+# tier runs it too (tests/test_typecheck.py).
+typecheck: venv
+	$(PY) -m mypy
 
 # The NPU patch applied to a fresh export of HEAD, then the 100-step CPU smoke run on the patched tree.
 test-patched: venv

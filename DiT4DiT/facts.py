@@ -6,6 +6,7 @@ broken; the model and data code import the same names, so the two never disagree
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 # The checkout holding this package: relative paths in a launch and the shipped configs are read from it.
@@ -58,11 +59,6 @@ def download_command(folder) -> str:
     return f"huggingface-cli download {HUB_REPO} --revision {HUB_REVISION} --local-dir {folder}"
 
 
-def num_output_frames(video_delta_indices, action_video_freq_ratio: int) -> int:
-    """Frames per sample after subsampling the fetched offsets (frame 0 conditions, the rest are targets)."""
-    return len(range(0, len(video_delta_indices), action_video_freq_ratio))
-
-
 def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACTOR) -> int:
     """The VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames; extra frames are dropped."""
     return (num_frames - 1) // temporal_factor + 1
@@ -86,6 +82,6 @@ def module_paths(text: str | None) -> list[str]:
     return [p.strip() for p in str(text or "").split(",") if p.strip()]
 
 
-def is_under(path: str, prefixes) -> bool:
+def is_under(path: str, prefixes: Iterable[str]) -> bool:
     """Whether dotted `path` is one of the dotted `prefixes` or lies below one ("a.b" is under "a", "ab" is not)."""
     return any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes)

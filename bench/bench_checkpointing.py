@@ -43,7 +43,6 @@ from DiT4DiT.facts import latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first  # noqa: E402
-from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.tools.measure_activation_memory import saved_for_backward_bytes  # noqa: E402
 from DiT4DiT.tools.synthetic_inputs import make_examples  # noqa: E402
 
@@ -100,8 +99,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     width = bench_model.DEEP_HEADS * bench_model.DEEP_HEAD_DIM
-    shape = PipelineShape(hidden_size=width, num_blocks=args.blocks, temporal_factor=4)
-    with tempfile.TemporaryDirectory() as tmp, bench_model.substituted_backbone(shape, bench_model.deep_components(args.blocks)):
+    with tempfile.TemporaryDirectory() as tmp, bench_model.substituted_backbone(bench_model.deep_components(args.blocks)):
         cfg = load_config(TINY_CONFIG, [
             f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}", "framework.cosmos25.base_model=random-deep",
             f"framework.cosmos25.extract_layer={round(0.6 * args.blocks)}", f"framework.cosmos25.vl_hidden_dim={width}",

@@ -51,7 +51,6 @@ from DiT4DiT.config.typed import section  # noqa: E402
 from DiT4DiT.dataloader.statistics import statistics_section  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
-from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.serving.client import PolicyClient  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
 from DiT4DiT.serving.policy import Policy, PolicyShape  # noqa: E402
@@ -84,8 +83,7 @@ def built_policy(size: str, args, device: torch.device, tmp: Path):
             return
         if size == "large":
             width = bench_model.DEEP_HEADS * bench_model.DEEP_HEAD_DIM
-            shape = PipelineShape(hidden_size=width, num_blocks=DEEP_BLOCKS, temporal_factor=4)
-            stack.enter_context(bench_model.substituted_backbone(shape, bench_model.deep_components(DEEP_BLOCKS)))
+            stack.enter_context(bench_model.substituted_backbone(bench_model.deep_components(DEEP_BLOCKS)))
             cfg = load_config(TINY_CONFIG, store + [
                 "framework.cosmos25.base_model=random-deep", f"framework.cosmos25.extract_layer={round(0.6 * DEEP_BLOCKS)}",
                 f"framework.cosmos25.vl_hidden_dim={width}", "datasets.vla_data.image_size=64",

@@ -47,7 +47,7 @@ from DiT4DiT.base_model import cosmos_2b  # noqa: E402
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents  # noqa: E402
 from DiT4DiT.model.modules.host_to_device import model_batch  # noqa: E402
 from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
-from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
+from DiT4DiT.base_model.pipeline_shape import PipelineShape, vae_factors  # noqa: E402
 from DiT4DiT.tools.tiny_cosmos import (  # noqa: E402
     DEFAULT_OUT,
     build_scheduler,
@@ -93,6 +93,7 @@ def random_full_size_components(device: torch.device) -> CosmosComponents:
 
 def components_of(text_encoder, tokenizer, transformer, vae) -> CosmosComponents:
     z_dim = vae.config.z_dim
+    temporal, spatial = vae_factors(vae.config)  # the snapshot's, as the pipeline loader reads them
     return CosmosComponents(
         text_encoder=text_encoder,
         tokenizer=tokenizer,
@@ -101,8 +102,8 @@ def components_of(text_encoder, tokenizer, transformer, vae) -> CosmosComponents
         scheduler=build_scheduler(),
         latents_mean=torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).float(),
         latents_std=torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).float(),
-        vae_scale_factor_temporal=4,
-        vae_scale_factor_spatial=8,
+        vae_scale_factor_temporal=temporal,
+        vae_scale_factor_spatial=spatial,
     )
 
 
@@ -123,9 +124,17 @@ def deep_components(blocks: int) -> CosmosComponents:
     return components_of(build_text_encoder(tokenizer), tokenizer, transformer, build_vae())
 
 
+def shape_of(components: CosmosComponents) -> PipelineShape:
+    """The sizes of in-memory components, as read_pipeline_shape reads them from a folder's configs."""
+    transformer = components.transformer.config
+    return PipelineShape(hidden_size=transformer.num_attention_heads * transformer.attention_head_dim,
+                         num_blocks=transformer.num_layers, temporal_factor=components.vae_scale_factor_temporal)
+
+
 @contextlib.contextmanager
-def substituted_backbone(shape: PipelineShape, components: CosmosComponents):
+def substituted_backbone(components: CosmosComponents):
     """Swap the folder loader for in-memory components (the only substitution in this bench)."""
+    shape = shape_of(components)
     with mock.patch.object(cosmos_backbone, "read_pipeline_shape", lambda folder: shape), mock.patch.object(
         cosmos_backbone, "load_cosmos_components", lambda *args, **kwargs: components
     ):
@@ -236,16 +245,14 @@ def main() -> None:
     device = torch.device(args.device)
 
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        store = [f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}"]
+        store = [f"framework.cosmos25.prompt_store_dir={Path(tmp) / 'prompt_store'}",
+                 f"framework.cosmos25.training={args.mode}"]
         if args.full_size:
-            shape = PipelineShape(hidden_size=cosmos_2b.HIDDEN_SIZE, num_blocks=cosmos_2b.TRANSFORMER_CONFIG["num_layers"],
-                                  temporal_factor=4)
-            stack.enter_context(substituted_backbone(shape, random_full_size_components(device)))
+            stack.enter_context(substituted_backbone(random_full_size_components(device)))
             cfg = load_config(None, FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={FROZEN}"] + store)
         elif args.deep:
             width = DEEP_HEADS * DEEP_HEAD_DIM
-            shape = PipelineShape(hidden_size=width, num_blocks=args.deep, temporal_factor=4)
-            stack.enter_context(substituted_backbone(shape, deep_components(args.deep)))
+            stack.enter_context(substituted_backbone(deep_components(args.deep)))
             cfg = load_config(TINY_CONFIG, store + [
                 "framework.cosmos25.base_model=random-deep", f"framework.cosmos25.extract_layer={round(0.6 * args.deep)}",
                 f"framework.cosmos25.vl_hidden_dim={width}", "datasets.vla_data.image_size=64",
@@ -255,7 +262,6 @@ def main() -> None:
                 DEFAULT_OUT if (DEFAULT_OUT / "model_index.json").is_file() else write_tiny_pipeline(Path(tmp) / "tiny")
             )
             cfg = load_config(TINY_CONFIG, [f"framework.cosmos25.base_model={pipeline}"] + store)
-        cfg.framework.cosmos25.training = args.mode
         torch.manual_seed(0)
         model = build_framework(cfg).to(device)
         freeze_modules(model, FROZEN)

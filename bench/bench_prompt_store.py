@@ -79,7 +79,7 @@ def worker(store_dir: Path, count: int, signals: Path) -> None:
     gc.collect()
     checksum = 0.0
     for start in range(0, len(wanted), READ_BATCH):
-        checksum += float(store.lookup(wanted[start : start + READ_BATCH], torch.device("cpu")).sum())
+        checksum += float(torch.stack([store.embedding(p) for p in wanted[start : start + READ_BATCH]]).sum())
     record = {"pid": os.getpid(), "encoded": report.encoded, "store_bytes": report.store_bytes, "checksum": checksum}
     (signals / f"ready{accelerator.process_index}.json").write_text(json.dumps(record))
     while not (signals / "go").exists():

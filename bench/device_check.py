@@ -82,7 +82,6 @@ from DiT4DiT.facts import DETERMINISTIC_ENV, latent_frame_count  # noqa: E402
 from DiT4DiT.model.framework import build_framework  # noqa: E402
 from DiT4DiT.model.freezing import freeze_modules  # noqa: E402
 from DiT4DiT.base_model import cosmos_2b  # noqa: E402
-from DiT4DiT.base_model.pipeline_shape import PipelineShape  # noqa: E402
 from DiT4DiT.model.modules.node_store import Ranks  # noqa: E402
 from DiT4DiT.serving.device import select_device  # noqa: E402
 from DiT4DiT.doctor.step_flops import peak_tflops, training_step_flops, transformer_forward_flops  # noqa: E402
@@ -163,9 +162,7 @@ def environment(device: torch.device) -> dict:
 def build(state: dict, full_size: bool, device: torch.device, tmp: Path) -> dict:
     store = [f"framework.cosmos25.prompt_store_dir={tmp / 'prompt_store'}", "framework.cosmos25.prompt_cache=true"]
     if full_size:
-        shape = PipelineShape(hidden_size=cosmos_2b.HIDDEN_SIZE, num_blocks=cosmos_2b.TRANSFORMER_CONFIG["num_layers"],
-                              temporal_factor=4)
-        with bench_model.substituted_backbone(shape, bench_model.random_full_size_components(device)):
+        with bench_model.substituted_backbone(bench_model.random_full_size_components(device)):
             cfg = load_config(None, bench_model.FULL_SIZE_OVERRIDES + [f"trainer.freeze_modules={bench_model.FROZEN}"]
                               + store)
             model = build_framework(cfg)

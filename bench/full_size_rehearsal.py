@@ -241,12 +241,10 @@ def run_estimate(name: str, snapshot: Path, data: Path, work: Path, *extra: str)
     """The memory estimate for the rehearsal's own run of config `name` (with `extra` overrides): one CPU process,
     no DeepSpeed, the views of the config's mixture."""
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-    from DiT4DiT.config.sections import ConfigSections
-    from DiT4DiT.config.typed import section
     from DiT4DiT.memory.estimate import estimate_training_memory, mixture_views
 
     overrides = normalize_cli_overrides([*training_overrides(name, snapshot, data, work), *extra])
-    typed = section(load_config(str(REPO / CONFIGS[name]), overrides), ConfigSections)
+    typed = load_config(str(REPO / CONFIGS[name]), overrides)
     data_section = typed.datasets.vla_data
     views = mixture_views(data_section.data_mix, data_section.data_config)
     return estimate_training_memory(snapshot, typed.framework, typed.trainer, data_section, 1, views, zero_stage=0,

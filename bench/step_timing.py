@@ -119,18 +119,14 @@ def load_action_head(model, work: Path) -> None:
 def prepare(args, overrides: list[str]) -> None:
     sys.path.insert(0, str(REPO))
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-    from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection
-    from DiT4DiT.config.typed import section
     from DiT4DiT.dataloader import build_vla_dataset
-    from DiT4DiT.model.framework.base_framework import recorded_config
     from DiT4DiT.training.checkpoint import save_config
 
     cfg = load_config(args.config_yaml, normalize_cli_overrides(overrides))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_config(recorded_config(cfg), out / "config.yaml")
-    train_set = build_vla_dataset(section(cfg.datasets.vla_data, DatasetsVlaDataSection),
-                                  section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length, cfg.seed)
+    save_config(cfg, out / "config.yaml")
+    train_set = build_vla_dataset(cfg.datasets.vla_data, cfg.framework.action_model.chunk_length, cfg.seed)
     batch = [train_set[i] for i in range(cfg.datasets.vla_data.per_device_batch_size)]
     with open(out / "batch.pkl", "wb") as f:
         pickle.dump(batch, f)
@@ -159,14 +155,12 @@ def stored_examples(model, cfg, batch: list[dict]) -> list[dict]:
 def build_ours(work: Path):
     sys.path.insert(0, str(REPO))
     from DiT4DiT.config.schema import load_config
-    from DiT4DiT.config.sections import TrainerSection
-    from DiT4DiT.config.typed import section
     from DiT4DiT.model.framework import build_framework
     from DiT4DiT.training.train import build_optimizer, compose_loss
     from DiT4DiT.training.trainer import set_up_model
 
     cfg = load_config(work / "config.yaml")
-    settings = section(cfg.trainer, TrainerSection)
+    settings = cfg.trainer
     model = set_up_model(build_framework(cfg), settings, None, deepspeed=False)
     return (model, cfg, lambda: build_optimizer(model, settings), lambda losses: compose_loss(losses, settings.loss_scale))
 

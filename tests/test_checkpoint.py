@@ -170,3 +170,21 @@ def test_the_final_model_leaves_the_frozen_modules_out(checkpointer, tmp_path):
     path = checkpointer().save_final(model)
     assert path == tmp_path / "final_model" / "pytorch_model.pt"
     assert sorted(ckpt.load_weights(path)) == ["action_model.bias", "action_model.weight"]
+
+
+def test_saving_and_loading_weights_cover_a_module_as_facts_is_under_does():
+    """The module-prefix rule has one home (facts.is_under): what a checkpoint leaves out and what a load lets be
+    missing are the same keys, "vae" covering "vae" and "vae.weight" but not "vae_extra.weight"."""
+    from torch import nn
+
+    from DiT4DiT.facts import is_under
+    from DiT4DiT.model.modules.weights import CheckpointMismatchError, load_trained_weights
+
+    model = nn.ModuleDict({"vae": nn.Linear(1, 1), "vae_extra": nn.Linear(1, 1)})
+    state = model.state_dict()
+    kept = ckpt.weights_to_save(state, ["vae"])
+    assert set(kept) == {k for k in state if not is_under(k, ["vae"])} == {"vae_extra.weight", "vae_extra.bias"}
+    load_trained_weights(model, kept, "kept.pt", may_be_missing=["vae"])
+    with pytest.raises(CheckpointMismatchError, match="vae_extra"):
+        load_trained_weights(model, {k: v for k, v in state.items() if k.startswith("vae.")}, "vae.pt",
+                             may_be_missing=["vae"])

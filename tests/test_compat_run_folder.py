@@ -12,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.typed import plain_values
 from DiT4DiT.dataloader import Normalizer
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.model.framework.base_framework import baseframework
@@ -45,7 +46,7 @@ def _original_statistics() -> dict:
 
 
 def _original_run_config(cfg) -> dict:
-    values = OmegaConf.to_container(cfg, resolve=True)
+    values = plain_values(cfg)
     for dotted in NOT_IN_ORIGINAL_RUN_CONFIG:
         *parents, leaf = dotted.split(".")
         node = values
@@ -135,7 +136,7 @@ def test_predict_action_without_state_works_as_in_the_original(trained):
 def test_exported_checkpoint_holds_every_weight_and_loads_strictly_into_a_fresh_model(trained, tmp_path):
     cfg, model = trained
     ours = {k: v for k, v in model.state_dict().items() if not k.startswith(RELOADED_FROM_SNAPSHOT)}
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = plain_values(cfg)
     checkpoint = _write_run(tmp_path / "run", cfg, ours, config, name="final_model/pytorch_model.pt")
     out = export_full_checkpoint(checkpoint, tmp_path / "exported/full.pt")
     full = torch.load(out, weights_only=True)
@@ -149,7 +150,7 @@ def test_export_command_refuses_to_overwrite_and_names_a_missing_run_file(traine
     from DiT4DiT.tools.export_checkpoint import main
 
     cfg, model = trained
-    checkpoint = _write_run(tmp_path / "run", cfg, model.state_dict(), OmegaConf.to_container(cfg, resolve=True))
+    checkpoint = _write_run(tmp_path / "run", cfg, model.state_dict(), plain_values(cfg))
     taken = tmp_path / "taken.pt"
     taken.write_bytes(b"keep me")
 
@@ -177,3 +178,19 @@ def test_the_originals_run_folder_of_each_shipped_yaml_loads_here(yaml_name, tin
     model = build_framework(load_config(tmp_path / "run/config.yaml"))
     checkpoint = _write_run(tmp_path / "run", None, model.state_dict(), OmegaConf.to_container(config))
     _assert_same(DiT4DiT.from_pretrained(checkpoint).state_dict(), model.state_dict())
+
+
+def test_the_originals_constructor_takes_its_omegaconf_config_and_converts_it_once(tiny_pipeline_dir, tmp_path):
+    """`DiT4DiT(config)` as the original's code calls it, with the OmegaConf tree it reads from its YAML (unread keys
+    and all) or a plain dict: the model converts it once and keeps the typed config, the same one load_config
+    gives for that YAML."""
+    yaml = REPO / "DiT4DiT/config/tiny/dit4dit_tiny.yaml"
+    overrides = [f"framework.cosmos25.base_model={tiny_pipeline_dir}",
+                 f"framework.cosmos25.prompt_store_dir={tmp_path / 'prompts'}"]
+    original = OmegaConf.merge(OmegaConf.load(yaml), OmegaConf.from_dotlist(overrides))
+    typed = load_config(yaml, overrides)
+    for config in (original, OmegaConf.to_container(original)):
+        model = DiT4DiT(config)
+        assert model.config == typed
+        with pytest.raises(AttributeError):
+            model.config.trainer.max_train_steps = 1  # read-only once loaded, as the tree was

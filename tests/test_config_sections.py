@@ -107,3 +107,40 @@ def test_a_loaded_config_fills_its_sections_frozen():
     assert whole.framework.cosmos25.flow_matching.high_sigma_min == 0.98
     with pytest.raises(dataclasses.FrozenInstanceError):
         trainer.max_train_steps = 1
+
+
+def test_frame_subsampling_has_one_home():
+    """DatasetsVlaDataSection.frame_offsets is the one subsampling of video_delta_indices: the data's sample shape,
+    the model's frame count and the synthetic examples all follow it."""
+    from DiT4DiT.dataloader.build import sample_shape
+    from DiT4DiT.tools.synthetic_inputs import make_examples
+
+    cfg = load_config(ROBOTWIN, ["datasets.vla_data.video_delta_indices=[0,2,4,6,8,10,12]",
+                                 "datasets.vla_data.action_video_freq_ratio=3"])
+    vla = cfg.datasets.vla_data
+    assert vla.frame_offsets == (0, 6, 12) and vla.num_frames == 3
+    assert sample_shape(vla, 8).video_offsets == vla.frame_offsets
+    assert len(make_examples(cfg, batch=1)[0]["image"]) == vla.num_frames
+
+
+def test_views_auto_resolves_in_one_place():
+    """datasets.vla_data.views=auto: training (dataloader/build.py) and serving (serving/layout.py) resolve it with
+    the one rule, data_configs.auto_views."""
+    import inspect
+
+    from DiT4DiT.dataloader import build
+    from DiT4DiT.dataloader.data_configs import auto_views
+    from DiT4DiT.serving import layout
+
+    assert auto_views({}, ValueError) == "side_by_side"
+    assert auto_views({"as_frames": "a"}, ValueError) == "as_frames"
+    with pytest.raises(ValueError, match="a: as_frames, b: side_by_side"):
+        auto_views({"side_by_side": "b", "as_frames": "a"}, ValueError)
+    for resolver in (build._views, layout.implied_layout):
+        assert "auto_views(" in inspect.getsource(resolver)
+
+
+def test_the_evaluation_device_choices_are_the_device_kinds():
+    from DiT4DiT.facts import DEVICE_KINDS
+
+    assert set(typing.get_args(sections.EvaluationDevice)) == {"auto", *DEVICE_KINDS}

@@ -191,3 +191,27 @@ def test_unused_parameters_are_expected_exactly_when_a_step_leaves_some_without_
     without_gradient = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert unused_parameters_expected(cfg.trainer.freeze_modules, cfg.framework.cosmos25.training) == expected
     assert bool(without_gradient) == expected, without_gradient[:3]
+
+
+def test_the_model_places_its_stores_where_the_config_says(tiny_model_cfg, tmp_path):
+    """The store folders come from the typed config (ConfigSections.store_dir): the model does not reach into the
+    data package for them, and a prompt store without its own folder lives under datasets.vla_data.cache_dir."""
+    cfg = tiny_model_cfg("framework.cosmos25.prompt_store_dir=null", f"datasets.vla_data.cache_dir={tmp_path / 'cache'}")
+    assert cfg.store_dir("prompt") == tmp_path / "cache" / "prompt_embeddings"
+    assert cfg.store_dir("latent") == tmp_path / "cache" / "vae_latents"
+    model = build_framework(cfg)
+    assert model.backbone_interface.extractor.prompt_store.folder.parent == cfg.store_dir("prompt")
+
+
+def test_the_vae_factors_are_the_snapshots_as_the_pipeline_reads_them(tiny_pipeline_dir):
+    """bench/bench_model.py's in-memory components and the model's pipeline loader read the VAE's temporal and
+    spatial factors from the same place (pipeline_shape.vae_factors) rather than writing 4 and 8 down."""
+    import json
+
+    from DiT4DiT.model.modules.cosmos_pipeline import load_cosmos_components
+    from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape, vae_factors
+
+    components = load_cosmos_components(tiny_pipeline_dir, "float32", "sdpa")
+    factors = vae_factors(json.loads((tiny_pipeline_dir / "vae" / "config.json").read_text()))
+    assert factors == (components.vae_scale_factor_temporal, components.vae_scale_factor_spatial)
+    assert read_pipeline_shape(tiny_pipeline_dir).temporal_factor == factors[0]

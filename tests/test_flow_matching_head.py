@@ -211,3 +211,13 @@ def test_training_delays_cover_zero_to_max_delay_in_the_chosen_distribution():
     share = torch.bincount(skewed, minlength=5).double() / 40_000
     expected = torch.exp(-torch.arange(5.0)) / torch.exp(-torch.arange(5.0)).sum()  # P(d) ~ exp(-d / T)
     assert torch.allclose(share, expected.double(), atol=0.01)
+
+
+def test_the_action_dit_is_built_with_its_checkpointing_flag():
+    """The head's recompute flag is a constructor argument of the DiT (not set from outside after it is built)."""
+    from DiT4DiT.model.modules.action_model.flow_matching_head import DiT
+
+    cfg = load_config(None)
+    for flag in (False, True):
+        assert build_action_head(cfg.framework.action_model, feature_dim=24, gradient_checkpointing=flag).model.gradient_checkpointing is flag
+        assert DiT(2, 4, 8, 1, 24, gradient_checkpointing=flag).gradient_checkpointing is flag

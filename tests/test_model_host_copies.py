@@ -103,3 +103,22 @@ def test_frames_of_different_shapes_are_refused_with_both_shapes():
     examples = [{"image": [frame, frame], "lang": "a"}, {"image": [frame], "lang": "b"}]
     with pytest.raises(ValueError, match=r"sample 1 has frames \(1, 3, 8, 10\).*sample 0 has \(2, 3, 8, 10\)"):
         model_batch(examples, torch.device("cpu"), torch.float32, targets=False, state=False)
+
+
+def test_stored_prompt_embeddings_reach_the_device_in_the_model_batch(tiny_model_cfg, tiny_examples, monkeypatch):
+    """The prompt store's embeddings travel in the ModelBatch (host_to_device.model_batch, the model's one
+    conversion of its input), not on a trip of their own inside the backbone."""
+    cfg = tiny_model_cfg()
+    model = build_framework(cfg)
+    freeze_modules(model, cfg.trainer.freeze_modules)
+    examples = tiny_examples(cfg)
+    model.prepare_prompts([example["lang"] for example in examples])
+    extractor = model.backbone_interface.extractor
+    batch = model._model_batch(examples, targets=True)
+    assert torch.equal(batch.prompt_embeds, extractor.prompt_embeddings(batch.instructions, torch.device("cpu")))
+
+    def second_trip(*args, **kwargs):
+        raise AssertionError("the backbone looked the prompts up again")
+
+    monkeypatch.setattr(extractor, "prompt_embeddings", second_trip)
+    assert set(model(examples)) == {"action_loss", "future_video_loss"}

@@ -101,3 +101,17 @@ def test_a_non_finite_first_micro_batch_stops_the_step_before_any_weight_changes
     with pytest.raises(TrainingError, match=r"non-finite loss at optimizer step 1, micro-batch 0 \(epoch 0, batch 0"):
         _run([bad, good], 2, model)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_total_and_the_originals_scaled_video_metric_scale_the_video_loss_alike():
+    """The scaled video loss has one home (TrainerLossScaleSection.scaled_video): the total the optimizer steps on
+    and the future_video_loss_scaled wandb logs agree for any scale."""
+    from DiT4DiT.config.sections import TrainerLossScaleSection
+    from DiT4DiT.training.metrics import with_original_names
+    from DiT4DiT.training.train import compose_loss
+
+    for scale in (0.0, 0.25, 3.0):
+        losses = {"action_loss": torch.tensor(1.5), "future_video_loss": torch.tensor(0.8)}
+        total = compose_loss(losses, TrainerLossScaleSection(future_video=scale))
+        logged = with_original_names({"future_video_loss": 0.8}, scale)["future_video_loss_scaled"]
+        assert float(total) - 1.5 == pytest.approx(logged)

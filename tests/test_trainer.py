@@ -5,20 +5,16 @@ that says what is on (frozen modules, activation checkpointing, deterministic ke
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.config.sections import TrainerSection
-from DiT4DiT.config.typed import section
 from DiT4DiT.model.framework import build_framework
 from DiT4DiT.training import checkpoint as ckpt
 from DiT4DiT.training.train import build_optimizer, parse_config, train_step
-from DiT4DiT.training.trainer import (Trainer, build_accelerator, due, fixed_eval_batch, load_pretrained, prefixes,
-                                      what_is_on)
+from DiT4DiT.training.trainer import (Trainer, build_accelerator, due, fixed_eval_batch, load_pretrained, what_is_on)
 
 from helpers.training_runs import metrics, trainer_arguments
 
@@ -26,7 +22,7 @@ from helpers.training_runs import metrics, trainer_arguments
 def test_the_start_up_line_names_checkpointed_blocks_frozen_modules_and_determinism(tiny_model_cfg):
     cfg = tiny_model_cfg("trainer.enable_gradient_checkpointing=true", "trainer.deterministic=true",
                          "trainer.freeze_modules=backbone_interface.extractor.vae")
-    line = what_is_on(build_framework(cfg), section(cfg.trainer, TrainerSection))
+    line = what_is_on(build_framework(cfg), cfg.trainer)
     assert line == ("frozen modules: backbone_interface.extractor.vae (trainer.freeze_modules) | activation "
                     "checkpointing: on for backbone_interface.extractor.transformer (4 blocks), action_model.model "
                     "(2 blocks) (trainer.enable_gradient_checkpointing) | deterministic kernels: on "
@@ -35,7 +31,7 @@ def test_the_start_up_line_names_checkpointed_blocks_frozen_modules_and_determin
 
 def test_the_start_up_line_says_off_and_none(tiny_model_cfg):
     cfg = tiny_model_cfg("trainer.freeze_modules=null")
-    line = what_is_on(build_framework(cfg), section(cfg.trainer, TrainerSection))
+    line = what_is_on(build_framework(cfg), cfg.trainer)
     assert "frozen modules: none" in line and "activation checkpointing: off" in line
     assert "deterministic kernels: off" in line
 
@@ -60,9 +56,8 @@ def trainers(tiny_pipeline_dir, tiny_robotwin_root, one_torch_thread, tmp_path):
         GradientState._reset_state()
         cfg = parse_config(trainer_arguments(tiny_pipeline_dir, tiny_robotwin_root, tmp_path / "runs", "unit",
                                              "--trainer.mixed_precision=no", *overrides))
-        accelerator = build_accelerator(section(cfg.trainer, TrainerSection), cfg.framework.cosmos25.training,
-                                        cfg.datasets.vla_data.per_device_batch_size)
-        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)  # what run_dir.claimed does before the Trainer
+        accelerator = build_accelerator(cfg)
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)  # what run_dir.claimed does before the Trainer
         trainer = Trainer(cfg, accelerator)
         trainer.prepare(build_optimizer(trainer.model, trainer.settings))
         made.append(trainer)
@@ -128,7 +123,6 @@ def test_a_resumed_trainer_starts_at_the_saved_step_with_the_saved_optimizer(tra
 
 def test_due_on_the_interval_and_at_the_last_step():
     assert [done for done in range(1, 8) if due(done, 3, 7)] == [3, 6, 7]
-    assert prefixes(["a.b", "c"]) == ("a.b.", "c.")
 
 
 def test_the_eval_batch_is_the_same_samples_for_a_seed_and_leaves_the_global_rng_alone():

@@ -4,8 +4,10 @@ the config check reads them before torch loads; the model reads the same)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,13 @@ class PipelineShape:
     temporal_factor: int  # the VAE encodes 1 + k*temporal_factor frames into 1 + k latent frames
 
 
+def vae_factors(vae_config: Mapping[str, Any]) -> tuple[int, int]:
+    """(temporal, spatial) downsampling of a Wan VAE config, as diffusers' Cosmos pipeline derives them: 1 + k*t
+    frames become 1 + k latent frames, s x s pixels one latent."""
+    downsample = vae_config.get("temperal_downsample", [False, True, True])
+    return 2 ** sum(downsample), 2 ** len(downsample)
+
+
 def read_pipeline_shape(folder: str | Path) -> PipelineShape:
     path = Path(folder)
     transformer = json.loads((path / "transformer" / "config.json").read_text())
@@ -24,5 +33,5 @@ def read_pipeline_shape(folder: str | Path) -> PipelineShape:
     return PipelineShape(
         hidden_size=transformer["num_attention_heads"] * transformer["attention_head_dim"],
         num_blocks=transformer["num_layers"],
-        temporal_factor=2 ** sum(vae.get("temperal_downsample", [False, True, True])),
+        temporal_factor=vae_factors(vae)[0],
     )

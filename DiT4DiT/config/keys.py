@@ -27,11 +27,11 @@ class Key:
     default: Any
     help: str
     kind: str | None = None  # one of KINDS; None: the default's type ("any": taken as given, for a null default)
-    choices: tuple = ()  # allowed values (for a *_list: allowed items)
+    choices: tuple[Any, ...] = ()  # allowed values (for a *_list: allowed items)
     min: float | None = None  # inclusive bounds (NaN is outside any bound)
     max: float | None = None
     nullable: bool | None = None  # None: null is allowed when the default is null
-    aliases: dict = field(default_factory=dict)  # other spellings -> the value used (e.g. YAML's `no` is False)
+    aliases: dict[Any, Any] = field(default_factory=dict)  # other spellings -> the value used (e.g. YAML's `no` is False)
     alias_note: str = ""  # when set, applying an alias prints this one-line note (e.g. for the original's names)
     length: int | None = None  # exact length of a list
     why: str = ""  # the reason for the bounds, said with a value outside them
@@ -60,7 +60,7 @@ DECLARATION = "dit4dit_key"  # where a field's metadata holds its Key or OpenNod
 
 
 def key(default: Any, help: str, *, kind: str | None = None, min: float | None = None, max: float | None = None,
-        aliases: dict | None = None, alias_note: str = "", length: int | None = None, why: str = "") -> Any:
+        aliases: dict[Any, Any] | None = None, alias_note: str = "", length: int | None = None, why: str = "") -> Any:
     """A config key as a dataclass field: its default, and its declaration as metadata (type, choices and null
     come from the field's annotation; `kind` only where the annotation cannot say it, e.g. "size")."""
     declaration = Key(default, help, kind=kind, min=min, max=max, aliases=aliases or {}, alias_note=alias_note,
@@ -70,9 +70,20 @@ def key(default: Any, help: str, *, kind: str | None = None, min: float | None =
     return field(default=default, metadata={DECLARATION: declaration})
 
 
+class Entries(dict[str, Any]):
+    """An open node's entries (e.g. trainer.learning_rate: a rate per module path), read as `node["name"]` or, as
+    the loaded tree allowed, `node.name`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def open_node(entry: Key, **present: Key) -> Any:
     """A field whose entries the user names, each checked as `entry`; `present` are there by default."""
-    return field(default_factory=lambda: {name: k.default for name, k in present.items()},
+    return field(default_factory=lambda: Entries({name: k.default for name, k in present.items()}),
                  metadata={DECLARATION: OpenNode(entry, present)})
 
 
@@ -89,7 +100,7 @@ def declared(path: str, annotation: Any, declaration: Key) -> Key:
     suffix = ""
     if typing.get_origin(annotation) is list:
         (annotation,), suffix = typing.get_args(annotation), "_list"
-    choices = ()
+    choices: tuple[Any, ...] = ()
     if typing.get_origin(annotation) is Literal:
         choices = typing.get_args(annotation)
         annotation = type(choices[0])
@@ -147,8 +158,8 @@ def _size(path: str, value: Any) -> int:
         if height != width:
             raise ConfigError(f"{path}: [{height}, {width}] is not square; each camera view is resized to a square, "
                               f"so give one size (e.g. {path.rsplit('.', 1)[-1]}: {height})")
-        return height
-    return _scalar(path, "int", value)
+        return int(height)
+    return int(_scalar(path, "int", value))
 
 
 def _check_value(path: str, key: Key, value: Any) -> None:

@@ -9,12 +9,14 @@ key, except the keys the original's own YAMLs carry without reading them (accept
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import typing
 import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -23,19 +25,23 @@ from omegaconf.errors import OmegaConfBaseException
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import DECLARATION, Key, OpenNode, coerce, declared
 from DiT4DiT.config.sections import MAX_SEQUENCE_LENGTH, MIN_LR_SCHEDULERS, ConfigSections
+from DiT4DiT.config.typed import plain_values, section
 from DiT4DiT.facts import is_under
 from DiT4DiT.yaml_files import checked_yaml_text
 
 # MAX_SEQUENCE_LENGTH and MIN_LR_SCHEDULERS are declared with the sections; serving and the optimizer read them here.
-__all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULERS", "default_config", "load_config",
+__all__ = ["ConfigError", "KNOWN_KEYS", "MAX_SEQUENCE_LENGTH", "MIN_LR_SCHEDULERS", "ConfigLike", "config_of", "default_config", "load_config",
            "normalize_cli_overrides"]
+
+
+T = TypeVar("T")
 
 
 class OriginalKeysWarning(UserWarning):
     """The config carries keys the original defines but never reads, or puts a key where the original ignores it."""
 
 
-def _declarations(cls: type = ConfigSections, prefix: str = ""):
+def _declarations(cls: type[Any] = ConfigSections, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
     """(what, dotted path, value) of all the sections declare, depth first in declaration order: each key's Key,
     each open node's entry Key, the original's unread keys, and the keys only the original reads with their value."""
     for name in getattr(cls, "UNREAD_BY_THE_ORIGINAL", ()):
@@ -45,7 +51,7 @@ def _declarations(cls: type = ConfigSections, prefix: str = ""):
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         path, hint, declaration = prefix + field.name, hints[field.name], field.metadata.get(DECLARATION)
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             yield from _declarations(hint, path + ".")
         elif isinstance(declaration, OpenNode):
             entry_type = typing.get_args(hint)[1]
@@ -53,6 +59,7 @@ def _declarations(cls: type = ConfigSections, prefix: str = ""):
             for name, entry in declaration.present.items():
                 yield "key", f"{path}.{name}", declared(path, entry_type, entry)
         else:
+            assert isinstance(declaration, Key), path  # every field of a section is declared with key()
             yield "key", path, declared(path, hint, declaration)
 
 
@@ -70,10 +77,10 @@ MISPLACED_PREFIX = "trainer."
 
 
 def default_config() -> DictConfig:
-    return OmegaConf.create(dataclasses.asdict(ConfigSections()))
+    return OmegaConf.create(plain_values(ConfigSections()))
 
 
-def leaves(node: Any, prefix: str = ""):
+def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted path, value) of every leaf of a plain nested dict (an empty dict is a leaf); resume compares
     configs with it too."""
     for name, value in node.items():
@@ -93,7 +100,7 @@ def _closest(path: str) -> str:
     return difflib.get_close_matches(path, candidates, n=1, cutoff=0.0)[0]
 
 
-def _drop(container: dict, path: str) -> None:
+def _drop(container: dict[str, Any], path: str) -> None:
     *parents, name = path.split(".")
     node = container
     for part in parents:
@@ -103,10 +110,10 @@ def _drop(container: dict, path: str) -> None:
         _drop(container, ".".join(parents))
 
 
-def accept_known_keys(cfg: DictConfig | dict, source: str) -> dict:
+def accept_known_keys(cfg: DictConfig | dict[str, Any], source: str) -> dict[str, Any]:
     """`cfg` as a plain dict without the original's unread and misplaced keys (each warned about once);
     ConfigError for any other key the schema does not know."""
-    container = OmegaConf.to_container(cfg) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
+    container = plain_values(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     unused, misplaced = [], []
     for path, value in list(leaves(container)):
         if path in KNOWN_KEYS:
@@ -181,7 +188,7 @@ def _resolved(cfg: DictConfig, path: str) -> Any:
                           f"(e.g. ${{run_id}}) or be removed") from None
 
 
-def _parsed(source: str, parse) -> DictConfig:
+def _parsed(source: str, parse: Callable[[], T]) -> T:
     """YAML text parsed by `parse`; text YAML cannot read is a ConfigError naming where and what."""
     try:
         return parse()
@@ -195,24 +202,50 @@ def _parsed(source: str, parse) -> DictConfig:
 def read_config_file(path: str | Path) -> DictConfig:
     """A config YAML file as it stands (no defaults), read with bounds (size, text, expanded nodes)."""
     text = _parsed(str(path), lambda: checked_yaml_text(path, ConfigError, "config file", top=yaml.MappingNode))
-    return _parsed(str(path), lambda: OmegaConf.create(text))
+    cfg = _parsed(str(path), lambda: OmegaConf.create(text))
+    assert isinstance(cfg, DictConfig)  # checked_yaml_text refuses a top level that is not a mapping
+    return cfg
 
 
-def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> DictConfig:
-    """Defaults, then the YAML file, then CLI dotlist overrides; every key typed and every rule checked."""
-    from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
-
-    cfg = default_config()
+def load_config(config_yaml: str | Path | None, overrides: list[str] | None = None) -> ConfigSections:
+    """Defaults, then the YAML file, then CLI dotlist overrides, as the typed config; every key typed and every rule
+    checked."""
+    given: list[tuple[DictConfig | dict[str, Any], str]] = []
     if config_yaml is not None:
         path = Path(config_yaml)
         if not path.is_file():
             raise ConfigError(f"--config_yaml {path}: no such file; pass a YAML such as DiT4DiT/config/tiny/dit4dit_tiny.yaml")
-        cfg = OmegaConf.merge(cfg, accept_known_keys(read_config_file(path), str(path)))
+        given.append((read_config_file(path), str(path)))
     if overrides:
-        given = _parsed("command line", lambda: OmegaConf.from_dotlist(overrides))
-        cfg = OmegaConf.merge(cfg, accept_known_keys(given, "command line"))
+        given.append((_parsed("command line", lambda: OmegaConf.from_dotlist(overrides)), "command line"))
+    return _checked(given)
+
+
+# What the original's code hands a model: our typed config, or its own OmegaConf tree or dict (config_of converts).
+ConfigLike = ConfigSections | DictConfig | Mapping[str, Any]
+
+
+def config_of(config: ConfigLike, source: str = "the model's config") -> ConfigSections:
+    """The typed config of `config`: itself when typed, else the original's form (an OmegaConf tree or a dict, as its
+    `DiT4DiT(config)` gets it) merged over the defaults and checked the way load_config checks a file."""
+    if isinstance(config, ConfigSections):
+        return config
+    if isinstance(config, DictConfig):
+        return _checked([(config, source)])
+    return _checked([(copy.deepcopy({str(name): value for name, value in config.items()}), source)])
+
+
+def _checked(given: list[tuple[DictConfig | dict[str, Any], str]]) -> ConfigSections:
+    """The defaults with each (values, where they come from) merged over them in order, typed and checked."""
+    from DiT4DiT.config.validate import check_rules, run_dir_of  # validate reads the key tree defined here
+
+    cfg = default_config()
+    for values, source in given:
+        merged = OmegaConf.merge(cfg, accept_known_keys(values, source))
+        assert isinstance(merged, DictConfig)  # a mapping merged over a mapping
+        cfg = merged
     _typed(cfg)
     cfg.output_dir = str(run_dir_of(cfg.run_root_dir, cfg.run_id))
-    check_rules(cfg)
-    OmegaConf.set_readonly(cfg, True)  # checked once, so nothing may change it afterwards
-    return cfg
+    typed = section(cfg, ConfigSections)
+    check_rules(typed)
+    return typed

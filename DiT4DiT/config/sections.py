@@ -2,8 +2,10 @@
 
 A field's annotation is its type (`X | None`: null is allowed, `Literal[...]`: its choices); `key(default, help,
 ...)` gives its default, one-line meaning, bounds with their reason and the original's spellings of a value.
-`load_config` (DiT4DiT/config/schema.py) checks a YAML and the command line against these classes, and
-`section(cfg.trainer, TrainerSection)` (DiT4DiT/config/typed.py) turns a loaded node into its dataclass.
+`load_config` (DiT4DiT/config/schema.py) checks a YAML and the command line against these classes and returns
+the whole tree as a ConfigSections; every component takes the sections it reads from it. Quantities derived from
+several keys are properties or methods here, each computed in this one place (the global batch, the run folder, the
+store folders, the frames a sample carries, the scaled video loss).
 Keys are the original DiT4DiT's, so its configs and launch flags carry over; each class also names the keys the
 original's YAMLs carry without reading them (UNREAD_BY_THE_ORIGINAL: accepted with one warning, dropped) and the
 keys the original reads and this trainer does not (READ_BY_THE_ORIGINAL_ONLY: accepted, dropped, and written into
@@ -13,11 +15,15 @@ training find every key they ask for).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import FrozenInstanceError, dataclass, field, fields
+from pathlib import Path
+from typing import ClassVar, Literal, TypeVar
 
+from omegaconf.errors import ReadonlyConfigError
+
+from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.keys import Key, key, open_node
-from DiT4DiT.facts import DEVICE_KINDS
+from DiT4DiT.config.paths import StoreKind, store_root
 
 MAX_SEED = 2**32 - 1  # numpy's seed range (set_seed seeds numpy with seed + rank)
 # Upper bounds: values past them are typos that would otherwise exhaust memory or overflow a timer.
@@ -31,14 +37,43 @@ FutureLossType = Literal["flow_matching", "latent_flow_matching", "rectified_flo
 LrSchedulerType = Literal["cosine_with_min_lr", "cosine_warmup_with_min_lr", "linear", "cosine", "cosine_with_restarts",
                           "polynomial", "constant", "constant_with_warmup", "inverse_sqrt"]
 MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")  # read scheduler_specific_kwargs.min_lr
-EvaluationDevice = Literal[("auto", *DEVICE_KINDS)]  # auto: the run's kind of device
+EvaluationDevice = Literal["auto", "npu", "cuda", "cpu"]  # auto: the run's kind of device (facts.DEVICE_KINDS)
 # The original's decoders: decord has no aarch64 wheels and torchvision's reader is deprecated; PyAV reads the
 # same frames (torchvision_av is PyAV underneath).
 VIDEO_BACKEND_ALIASES = {"torchvision_av": "pyav", "decord": "pyav", "opencv": "pyav"}
 
 
+class ReadOnlyConfigError(FrozenInstanceError, ReadonlyConfigError):
+    """A key of a loaded config set: it was checked once, so nothing may change it (the error the read-only tree
+    raised before, for callers that catch it)."""
+
+
+class Section:
+    """What every section shares with the loaded tree it replaces: `"key" in section` asks whether it has that key,
+    and setting a key is a ReadOnlyConfigError."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in {f.name for f in fields(self)}  # type: ignore[arg-type]
+
+
+T = TypeVar("T")
+
+
+def read_only(cls: type[T]) -> type[T]:
+    """Setting or deleting a field of `cls` (a frozen dataclass) raises ReadOnlyConfigError."""
+
+    def refuse(self: object, name: str, *value: object) -> None:
+        raise ReadOnlyConfigError(f"{type(self).__name__}: '{name}' cannot be changed; the config is read-only once "
+                                  "loaded (set it in the YAML or on the command line)")
+
+    cls.__setattr__ = refuse  # type: ignore[method-assign]
+    cls.__delattr__ = refuse  # type: ignore[method-assign]
+    return cls
+
+
+@read_only
 @dataclass(frozen=True)
-class FrameworkCosmos25FlowMatchingSection:
+class FrameworkCosmos25FlowMatchingSection(Section):
     """framework.cosmos25.flow_matching"""
 
     time_distribution: Literal["logit_normal", "uniform"] = key("logit_normal", "video flow-matching time")
@@ -48,11 +83,12 @@ class FrameworkCosmos25FlowMatchingSection:
                                        min=0.0, max=1.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkCosmos25Section:
+class FrameworkCosmos25Section(Section):
     """framework.cosmos25"""
 
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"revision": "diffusers/base/post-trained"}
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"revision": "diffusers/base/post-trained"}
 
     base_model: str | None = key(None, "local folder of a diffusers Cosmos2_5_PredictBasePipeline snapshot")
     local_files_only: bool = key(True, "never contact the hub; only local folders are read")
@@ -81,12 +117,21 @@ class FrameworkCosmos25Section:
                                        "local disk per node or a shared filesystem")
     flow_matching: FrameworkCosmos25FlowMatchingSection = field(default_factory=FrameworkCosmos25FlowMatchingSection)
 
+    @property
+    def base_model_folder(self) -> Path:
+        """base_model as a path; a ConfigError when it is unset (whatever reads the snapshot needs it)."""
+        if self.base_model is None:
+            raise ConfigError("framework.cosmos25.base_model is not set; give the Cosmos-Predict2.5 snapshot folder "
+                              "(--framework.cosmos25.base_model DIR)")
+        return Path(self.base_model)
 
+
+@read_only
 @dataclass(frozen=True)
-class FrameworkActionModelDiffusionModelCfgSection:
+class FrameworkActionModelDiffusionModelCfgSection(Section):
     """framework.action_model.diffusion_model_cfg"""
 
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"norm_type": "ada_norm"}  # the only block norm here
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"norm_type": "ada_norm"}  # the only block norm here
 
     cross_attention_dim: int = key(2048, "width of the backbone features the DiT attends to", min=1)
     dropout: float = key(0.2, "dropout in attention outputs and feed-forward", min=0.0, max=1.0)
@@ -99,8 +144,9 @@ class FrameworkActionModelDiffusionModelCfgSection:
     attention_head_dim: int | None = key(None, "override the size table's head width (tiny models)", min=1)
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkActionModelRtcTrainingSection:
+class FrameworkActionModelRtcTrainingSection(Section):
     """framework.action_model.rtc_training"""
 
     enabled: bool = key(False, "training-time real-time chunking: per example a delay d is drawn, the first d actions "
@@ -114,15 +160,16 @@ class FrameworkActionModelRtcTrainingSection:
                              why="P(d) is proportional to exp(-d / temperature); below 0.01 only d = 0 is ever drawn")
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkActionModelSection:
+class FrameworkActionModelSection(Section):
     """framework.action_model"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = (
         "repeated_diffusion_steps",  # the original reads trainer.repeated_diffusion_steps
         "num_target_vision_tokens",
     )
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"past_action_window_size": 0}  # the head has no past actions
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"past_action_window_size": 0}  # the head has no past actions
 
     action_model_type: Literal["DiT-B", "DiT-L"] = key("DiT-B", "action DiT size: DiT-B (12x64) or DiT-L (32x48)")
     hidden_size: int = key(2560, "width of the state encoder and action decoder MLPs", min=1)
@@ -149,8 +196,9 @@ class FrameworkActionModelSection:
         return self.future_action_window_size + 1
 
 
+@read_only
 @dataclass(frozen=True)
-class FrameworkSection:
+class FrameworkSection(Section):
     """framework"""
 
     name: str = key("DiT4DiT", "registered framework class to build")
@@ -158,8 +206,9 @@ class FrameworkSection:
     action_model: FrameworkActionModelSection = field(default_factory=FrameworkActionModelSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class DatasetsVlaDataImageAugmentationSection:
+class DatasetsVlaDataImageAugmentationSection(Section):
     """datasets.vla_data.image_augmentation"""
 
     apply: Literal["data_config", "all", "none"] = key(
@@ -173,16 +222,17 @@ class DatasetsVlaDataImageAugmentationSection:
     hue: float = key(0.08, "training hue shift drawn from [-x, x] (of a full turn)", min=0.0, max=0.5)
 
 
+@read_only
 @dataclass(frozen=True)
-class DatasetsVlaDataSection:
+class DatasetsVlaDataSection(Section):
     """datasets.vla_data"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = (
         "include_state", "action_type", "default_image_resolution", "load_all_data_for_training", "obs",
         "delete_pause_frame",  # only part of a cache key there
         "lerobot_version",  # read by the original with a default, not here: each dataset's meta/info.json says it
     )
-    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict] = {"dataset_py": "lerobot_datasets"}  # one data loader family here
+    READ_BY_THE_ORIGINAL_ONLY: ClassVar[dict[str, object]] = {"dataset_py": "lerobot_datasets"}  # one data loader family here
 
     data_root_dir: str | None = key(None, "folder holding the datasets of a named mixture (unused when data_mix is a "
                                     "path)")
@@ -220,41 +270,62 @@ class DatasetsVlaDataSection:
     image_augmentation: DatasetsVlaDataImageAugmentationSection = field(
         default_factory=DatasetsVlaDataImageAugmentationSection)
 
+    @property
+    def frame_offsets(self) -> tuple[int, ...]:
+        """The frame offsets a sample carries: every action_video_freq_ratio-th of video_delta_indices (the first
+        conditions, the rest are the video loss's targets)."""
+        return tuple(self.video_delta_indices[:: self.action_video_freq_ratio])
 
+    @property
+    def num_frames(self) -> int:
+        """Frames per sample after subsampling."""
+        return len(self.frame_offsets)
+
+
+@read_only
 @dataclass(frozen=True)
-class DatasetsSection:
+class DatasetsSection(Section):
     """datasets"""
 
     vla_data: DatasetsVlaDataSection = field(default_factory=DatasetsVlaDataSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerSchedulerSpecificKwargsSection:
+class TrainerSchedulerSpecificKwargsSection(Section):
     """trainer.scheduler_specific_kwargs"""
 
     min_lr: float = key(5e-7, "floor of the cosine schedule (as a rate relative to learning_rate.base)", min=0.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerOptimizerSection:
+class TrainerOptimizerSection(Section):
     """trainer.optimizer"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = ("name",)
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = ("name",)
 
     betas: list[float] = key([0.9, 0.95], "AdamW betas", min=0.0, max=1.0, length=2)
     eps: float = key(1e-8, "AdamW epsilon", min=0.0)
     weight_decay: float = key(1e-8, "AdamW weight decay", min=0.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerLossScaleSection:
+class TrainerLossScaleSection(Section):
     """trainer.loss_scale"""
 
     future_video: float = key(1.0, "weight of the future-video loss in the total", min=0.0)
 
+    def scaled_video(self, future_video_loss: float) -> float:
+        """The future-video loss as it enters the total loss (and as the original logs it, future_video_loss_scaled);
+        a float or a tensor."""
+        return self.future_video * future_video_loss
 
+
+@read_only
 @dataclass(frozen=True)
-class TrainerClosedLoopEvalSection:
+class TrainerClosedLoopEvalSection(Section):
     """trainer.closed_loop_eval"""
 
     interval: int = key(0, "closed-loop success rate every n optimizer steps, on the checkpoint saved then, by a side "
@@ -284,11 +355,12 @@ class TrainerClosedLoopEvalSection:
                            max=7 * 86_400.0)
 
 
+@read_only
 @dataclass(frozen=True)
-class TrainerSection:
+class TrainerSection(Section):
     """trainer"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = (
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = (
         "epochs",
         "max_grad_norm",  # the original clips with trainer.gradient_clipping
         "warmup_ratio",
@@ -363,11 +435,12 @@ class TrainerSection:
     closed_loop_eval: TrainerClosedLoopEvalSection = field(default_factory=TrainerClosedLoopEvalSection)
 
 
+@read_only
 @dataclass(frozen=True)
-class ConfigSections:
+class ConfigSections(Section):
     """the whole config"""
 
-    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple] = ("is_debug",)
+    UNREAD_BY_THE_ORIGINAL: ClassVar[tuple[str, ...]] = ("is_debug",)
 
     run_id: str = key("dit4dit_run", "name of the run; the run directory is <run_root_dir>/<run_id>")
     run_root_dir: str = key("./runs", "parent folder of run directories")
@@ -383,3 +456,19 @@ class ConfigSections:
     framework: FrameworkSection = field(default_factory=FrameworkSection)
     datasets: DatasetsSection = field(default_factory=DatasetsSection)
     trainer: TrainerSection = field(default_factory=TrainerSection)
+
+    @property
+    def run_dir(self) -> Path:
+        """<run_root_dir>/<run_id>: output_dir, which load_config derives and checks."""
+        return Path(self.output_dir if self.output_dir is not None else Path(self.run_root_dir, self.run_id))
+
+    def store_dir(self, kind: StoreKind) -> Path:
+        """The folder of the prompt-embedding or VAE-latent store: framework.cosmos25.<kind>_store_dir, else under
+        datasets.vla_data.cache_dir."""
+        cosmos = self.framework.cosmos25
+        configured = cosmos.prompt_store_dir if kind == "prompt" else cosmos.latent_store_dir
+        return store_root(kind, configured, self.datasets.vla_data.cache_dir)
+
+    def global_batch(self, num_processes: int) -> int:
+        """Samples per optimizer step: per_device_batch_size x gradient_accumulation_steps x processes."""
+        return self.datasets.vla_data.per_device_batch_size * self.trainer.gradient_accumulation_steps * num_processes

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.paths import resolved
-from DiT4DiT.config.sections import FrameworkActionModelSection
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.facts import (AUTO, FRAME_SIDE_MULTIPLE, PIXEL_LOSS_TYPES, VAE_MODULE, is_under, latent_frame_count,
-                           module_paths, num_output_frames)
+                           module_paths)
 from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
@@ -27,16 +24,16 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def has_action_head(cfg: DictConfig) -> bool:
+def has_action_head(cfg: ConfigSections) -> bool:
     return cfg.framework.cosmos25.training != "video"
 
 
-def action_chunk(cfg: DictConfig) -> int | None:
+def action_chunk(cfg: ConfigSections) -> int | None:
     """The steps of the action chunk the head predicts; None without an action head."""
-    return section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length if has_action_head(cfg) else None
+    return cfg.framework.action_model.chunk_length if has_action_head(cfg) else None
 
 
-def check_action_dims(cfg: DictConfig) -> None:
+def check_action_dims(cfg: ConfigSections) -> None:
     """The action head is built at the padded widths: the data loader pads to max_*_dim before the model."""
     head, data = cfg.framework.action_model, cfg.datasets.vla_data
     _require(head.action_dim == data.max_action_dim,
@@ -78,7 +75,7 @@ def profiled_steps(text: str | None) -> tuple[int, int] | None:
     return first, last
 
 
-def latent_cache_refusal(cfg: DictConfig) -> str | None:
+def latent_cache_refusal(cfg: ConfigSections) -> str | None:
     """Why framework.cosmos25.latent_cache cannot hold this run's VAE outputs (one line), or None when it can. A
     random image augmentation is the data's to say (DiT4DiT/dataloader/config_checks.py)."""
     cosmos = cfg.framework.cosmos25
@@ -92,12 +89,12 @@ def latent_cache_refusal(cfg: DictConfig) -> str | None:
     return None
 
 
-def check_rules(cfg: DictConfig) -> None:
+def check_rules(cfg: ConfigSections) -> None:
     """Every rule that ties keys together; ConfigError with what to set for the first one broken."""
     cosmos, head, data, trainer = cfg.framework.cosmos25, cfg.framework.action_model, cfg.datasets.vla_data, cfg.trainer
     if has_action_head(cfg):
         check_action_dims(cfg)
-        chunk = action_chunk(cfg)
+        chunk = head.chunk_length
         _require(head.action_horizon == chunk,
                  f"framework.action_model.action_horizon ({head.action_horizon}) must equal "
                  f"future_action_window_size + 1 ({chunk}): the eval compares "
@@ -139,7 +136,7 @@ def check_rules(cfg: DictConfig) -> None:
              f"trainer.profile_steps={trainer.profile_steps}: the run ends at step {trainer.max_train_steps}; profile "
              "steps within it")
     refusal = latent_cache_refusal(cfg) if cosmos.latent_cache else None
-    _require(refusal is None, refusal)
+    _require(refusal is None, str(refusal))
     _require(not (trainer.is_resume and trainer.pretrained_checkpoint),
              "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's "
              "own training state; unset one of them")
@@ -150,10 +147,10 @@ def check_rules(cfg: DictConfig) -> None:
              "move_old_run starts a new one there; unset one of them")
 
 
-def check_backbone_fits(cfg: DictConfig) -> None:
+def check_backbone_fits(cfg: ConfigSections) -> None:
     """The backbone keys agree with the sizes the (complete) base model folder's configs declare."""
     cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
-    shape = read_pipeline_shape(cosmos.base_model)
+    shape = read_pipeline_shape(cosmos.base_model_folder)
     _require(0 <= cosmos.extract_layer < shape.num_blocks,
              f"framework.cosmos25.extract_layer={cosmos.extract_layer} is out of range: the transformer has "
              f"{shape.num_blocks} blocks, so the valid range is 0..{shape.num_blocks - 1}")
@@ -164,7 +161,7 @@ def check_backbone_fits(cfg: DictConfig) -> None:
     _require(blocks in (None, AUTO) or int(blocks) <= shape.num_blocks,
              f"trainer.gradient_checkpointing_blocks={blocks}: the transformer in {cosmos.base_model} has "
              f"{shape.num_blocks} blocks; give at most {shape.num_blocks}")
-    frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+    frames = data.num_frames
     # joint and video train the transformer only through the future frames: with none, nothing reaches it, and
     # DDP stops at the second step with "parameters that were not used in producing loss".
     _require(cosmos.training == "action" or latent_frame_count(frames, shape.temporal_factor) >= 2,

@@ -5,6 +5,7 @@ read the mixtures and data configs and use the writer without torch.
 """
 
 import importlib
+from typing import Any
 
 _HOMES = {
     "build_vla_dataset": "build", "build_vla_datasets": "build", "MixtureDataset": "dataset", "collate_fn": "dataset",
@@ -13,7 +14,7 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

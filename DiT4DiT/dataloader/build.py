@@ -10,8 +10,8 @@ import numpy as np
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection
 from DiT4DiT.dataloader import checks
-from DiT4DiT.dataloader.cache import cache_root
-from DiT4DiT.dataloader.data_configs import DataConfig
+from DiT4DiT.config.paths import cache_root
+from DiT4DiT.dataloader.data_configs import DataConfig, auto_views
 from DiT4DiT.dataloader.dataset import EpisodeSteps, MixtureDataset, SampleShape
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.image_augmentation import augmentation_of
@@ -32,7 +32,7 @@ SPLITS = ("train", "eval")
 
 def sample_shape(vla: DatasetsVlaDataSection, action_horizon: int) -> SampleShape:
     return SampleShape(
-        video_offsets=tuple(vla.video_delta_indices[:: vla.action_video_freq_ratio]),
+        video_offsets=vla.frame_offsets,
         action_horizon=action_horizon,
         image_size=vla.image_size,
         max_state_dim=vla.max_state_dim,
@@ -119,12 +119,9 @@ def _views(vla: DatasetsVlaDataSection, indexed: list[tuple[EpisodeSteps, Datase
     """The camera layout of the run: datasets.vla_data.views, or (auto) the one of the mixture's data configs."""
     if vla.views != "auto":
         return vla.views
-    several = {steps.config.views: steps for steps, _ in indexed if len(steps.camera_keys) > 1}
-    if len(several) > 1:
-        raise DataError("datasets of data_mix combine cameras differently ("
-                        + ", ".join(f"{s.layout.name}: {v} ({s.config.name})" for v, s in several.items())
-                        + "); set datasets.vla_data.views to side_by_side or as_frames")
-    return next(iter(several), "side_by_side")
+    several = {s.config.views: f"{s.layout.name} ({s.config.name})" for s, _ in indexed if len(s.camera_keys) > 1}
+    return auto_views(several, lambda listing: DataError(f"datasets of data_mix combine cameras differently ({listing})"
+                                                         "; set datasets.vla_data.views to side_by_side or as_frames"))
 
 
 def _index(layout: DatasetLayout, steps: EpisodeSteps, vla: DatasetsVlaDataSection, cache_dir: Path) -> DatasetIndex:

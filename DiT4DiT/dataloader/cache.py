@@ -5,35 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 
 from DiT4DiT.dataloader.reader import DatasetLayout
 
 log = logging.getLogger(__name__)
-
-CACHE_ENV = "DIT4DIT_CACHE_DIR"
-
-
-def cache_root(configured: str | os.PathLike | None) -> Path:
-    """`datasets.vla_data.cache_dir`, else $DIT4DIT_CACHE_DIR, else ~/.cache/dit4dit."""
-    if configured:
-        return Path(configured).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    return Path.home() / ".cache" / "dit4dit"
-
-
-STORE_FOLDERS = {"prompt": "prompt_embeddings", "latent": "vae_latents"}
-
-
-def store_root(kind: str, store_dir: str | None, cache_dir: str | None) -> Path:
-    """Where the `kind` store ("prompt", "latent") lives: framework.cosmos25.<kind>_store_dir, else
-    <datasets.vla_data.cache_dir>/prompt_embeddings or vae_latents.
-
-    Here, beside cache_root and free of torch, so that the doctor can place the stores without importing them.
-    """
-    return Path(store_dir).expanduser() if store_dir else cache_root(cache_dir) / STORE_FOLDERS[kind]
 
 
 def fingerprint(layout: DatasetLayout, settings: dict) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from DiT4DiT.dataloader.image_augmentation import OXE_DROID, ImageAugmentation
@@ -45,6 +46,15 @@ class DataConfig:
 
 TASK_DESCRIPTION = "annotation.human.action.task_description"
 VIEW_LAYOUTS = ("side_by_side", "as_frames")
+
+
+def auto_views(layouts: Mapping[str, str], conflict: Callable[[str], Exception]) -> str:
+    """What datasets.vla_data.views=auto resolves to, for training and for serving alike: the one layout of the data
+    configs that combine several cameras (`layouts`: {views: whose}), side_by_side when none does; `conflict(listing)`
+    is the caller's error when they combine cameras both ways."""
+    if len(layouts) > 1:
+        raise conflict(", ".join(f"{whose}: {views}" for views, whose in sorted(layouts.items())))
+    return next(iter(layouts), "side_by_side")
 
 
 def _config(name: str, *, video: tuple[str, ...], state: tuple[str, ...], action: tuple[str, ...], modes: dict[str, str],

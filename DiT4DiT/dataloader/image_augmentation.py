@@ -13,8 +13,12 @@ the sample's (seed, epoch, index), so a resumed run draws what an uninterrupted 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from DiT4DiT.config.sections import DatasetsVlaDataImageAugmentationSection
 
 JITTERS = ("brightness", "contrast", "saturation", "hue")
 
@@ -85,7 +89,8 @@ def augment_views(views: list[np.ndarray], augmentation: ImageAugmentation, size
     return out
 
 
-def augmentation_of(own: ImageAugmentation | None, section) -> ImageAugmentation | None:
+def augmentation_of(own: ImageAugmentation | None,
+                    section: DatasetsVlaDataImageAugmentationSection) -> ImageAugmentation | None:
     """The augmentation a dataset's frames get, as `section` (datasets.vla_data.image_augmentation) says: its data
     config's `own` (apply=data_config), the section's values (apply=all) or none (apply=none)."""
     if section.apply == "none":

@@ -184,7 +184,7 @@ class Doctor:
         self._probe: tuple[dict | None, str] | None = None
 
     def _load_config(self):
-        from DiT4DiT.config.schema import load_config  # omegaconf only; keeps `--help` instant
+        from DiT4DiT.config.schema import load_config  # imported here: keeps `--help` instant
         from DiT4DiT.config.validate import action_chunk
         from DiT4DiT.dataloader.config_checks import check_data_configs
 
@@ -197,11 +197,7 @@ class Doctor:
 
     def sections(self):
         """The loaded config's (framework, trainer, data) sections, which the memory checks read."""
-        from DiT4DiT.config.sections import ConfigSections
-        from DiT4DiT.config.typed import section
-
-        typed = section(self.cfg, ConfigSections)
-        return typed.framework, typed.trainer, typed.datasets.vla_data
+        return self.cfg.framework, self.cfg.trainer, self.cfg.datasets.vla_data
 
     def torch_npu_probe(self) -> tuple[dict | None, str]:
         if self._probe is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkSection, TrainerSection
-from DiT4DiT.facts import SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, latent_frame_count, num_output_frames
+from DiT4DiT.facts import SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, latent_frame_count
 from DiT4DiT.memory.estimate import PARTS, head_size, is_frozen, text_encoder_widths
 
 # bf16 dense peak TFLOPS per device (one GPU, one NPU die), matched in order against the device name.
@@ -152,7 +152,7 @@ def training_step_flops(transformer: Mapping, vae: Mapping, text_encoder: Mappin
     """One micro-batch of `batch` samples of `views` cameras side by side, as the config trains it (see the module's
     docstring); the three mappings are the components' config.json."""
     cosmos, freeze = framework.cosmos25, trainer.freeze_modules
-    frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+    frames = data.num_frames
     latent_frames = latent_frame_count(frames)
     side = data.image_size // VAE_SPATIAL_FACTOR  # the latent's side
     shape = dict(batch=batch, latent_frames=latent_frames, height=side, width=side * views,

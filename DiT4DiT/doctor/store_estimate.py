@@ -20,15 +20,13 @@ import sys
 from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
+from DiT4DiT.config.paths import store_root
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkCosmos25Section
-from DiT4DiT.config.typed import section
-from DiT4DiT.dataloader.cache import store_root
 from DiT4DiT.dataloader.modality import mixture_configs
 from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
-from DiT4DiT.facts import (DTYPE_BYTES, VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, latent_frame_count,
-                           num_output_frames)
+from DiT4DiT.facts import (DTYPE_BYTES, VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, latent_frame_count)
 
 
 def unique_instructions(vla: DatasetsVlaDataSection) -> tuple[int, int]:
@@ -77,7 +75,7 @@ def latent_store_estimate(cosmos: FrameworkCosmos25Section, vla: DatasetsVlaData
     """The latent store of this run: clips, bytes per clip and in all, and its build (VAE FLOPs; hours on
     `processes` devices of kind `device`: a3, a2 or cuda)."""
     vae = json.loads((base_model / "vae" / "config.json").read_text())
-    frames = num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio)
+    frames = vla.num_frames
     configs = mixture_configs(vla.data_mix, vla.data_config)
     views = max(len(c.video_keys) for c in configs)
     as_frames = vla.views == "as_frames" or (vla.views == "auto" and views > 1 and configs[0].views == "as_frames")
@@ -116,8 +114,7 @@ def free_bytes(folder: Path) -> int:
 
 def estimate(config_yaml: str, base_model: str, processes: int = 1, device: str = "a3") -> dict:
     cfg = load_config(config_yaml, [f"framework.cosmos25.base_model={base_model}"])
-    cosmos = section(cfg.framework.cosmos25, FrameworkCosmos25Section)
-    vla = section(cfg.datasets.vla_data, DatasetsVlaDataSection)
+    cosmos, vla = cfg.framework.cosmos25, cfg.datasets.vla_data
     instructions, datasets = unique_instructions(vla)
     folder = store_root("prompt", cosmos.prompt_store_dir, vla.cache_dir)
     each = embedding_bytes(cosmos, Path(base_model))

@@ -53,8 +53,6 @@ def plan_line(base_model: Path, framework: FrameworkSection, trainer: TrainerSec
 
 def table(argv: list[str]) -> int:
     from DiT4DiT.config.schema import load_config
-    from DiT4DiT.config.sections import ConfigSections
-    from DiT4DiT.config.typed import section
     from DiT4DiT.facts import REPO
     from DiT4DiT.memory.estimate import mixture_views
     from DiT4DiT.memory.plan import ORIGINAL_CONFIGS
@@ -77,7 +75,7 @@ def table(argv: list[str]) -> int:
               + " | ".join(f"{d} ({peak_tflops(PLANNED_DEVICES[d]):.0f} TFLOPS) s/step, hours" for d in devices) + " |")
         print("|---|---|" + "---|" * len(devices))
         for name, path in ORIGINAL_CONFIGS.items():
-            typed = section(load_config(str(REPO / path), []), ConfigSections)
+            typed = load_config(str(REPO / path), [])
             framework, trainer, data = typed.framework, typed.trainer, typed.datasets.vla_data
             views = mixture_views(data.data_mix, data.data_config)
             tflop = step_tflop(base_model, framework, trainer, data, views)

@@ -122,8 +122,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def evaluate_run(args: argparse.Namespace) -> None:
-    from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection
-    from DiT4DiT.config.typed import section
     from DiT4DiT.dataloader.build import build_vla_dataset
     from DiT4DiT.serving.device import select_device
     from DiT4DiT.host.output_paths import check_out
@@ -139,8 +137,7 @@ def evaluate_run(args: argparse.Namespace) -> None:
     policy = Policy.load(args.ckpt, device, unnorm_key=args.unnorm_key, base_model=args.base_model)
     # The run's config as the model loaded it (completed from the checkpoint, on the local snapshot), on this data.
     run = load_run_config(args.ckpt, args.base_model, overrides)
-    dataset = build_vla_dataset(section(run.datasets.vla_data, DatasetsVlaDataSection),
-                                section(run.framework.action_model, FrameworkActionModelSection).chunk_length, run.seed, split="eval")
+    dataset = build_vla_dataset(run.datasets.vla_data, run.framework.action_model.chunk_length, run.seed, split="eval")
     torch.manual_seed(args.seed)
     summary = evaluate(policy, dataset, args.episodes, Path(args.out))
     print(f"{len(summary['episodes'])} episodes, {summary['steps']} steps: MSE {summary['mse']:.5f}, "

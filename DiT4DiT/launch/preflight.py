@@ -105,11 +105,9 @@ def memory_plan_lines(config_yaml: Path, forwarded: list[str], base_model: str, 
     when there is nothing to plan with (no safetensors)."""
     from DiT4DiT.config.schema import load_config, normalize_cli_overrides
     from DiT4DiT.memory import plan as memory_plan
-    from DiT4DiT.config.sections import ConfigSections
-    from DiT4DiT.config.typed import section
     from DiT4DiT.memory.estimate import mixture_views
 
-    typed = section(load_config(str(config_yaml), normalize_cli_overrides(forwarded)), ConfigSections)
+    typed = load_config(str(config_yaml), normalize_cli_overrides(forwarded))
     data = typed.datasets.vla_data
     views = mixture_views(data.data_mix, data.data_config)
     run = memory_plan.launch_run(launch_config, per_node, machines)

@@ -9,11 +9,12 @@ exactly as the trainer loads it, so a bad key or value is reported here, before 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
-from omegaconf import OmegaConf
-
-from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides, read_config_file
+from DiT4DiT.config.recorded import read_config_values
+from DiT4DiT.config.schema import ConfigError, load_config, normalize_cli_overrides
+from DiT4DiT.config.typed import value_at
 from DiT4DiT.config.validate import action_chunk
 from DiT4DiT.dataloader.config_checks import check_data_configs
 
@@ -31,12 +32,12 @@ class Value:
     source: str  # "option", "yaml" or "default"
 
 
-def source_of(key: str, overridden: set[str], yaml_cfg) -> str:
+def source_of(key: str, overridden: set[str], yaml_values: dict[str, Any]) -> str:
     if key in overridden:
         return "option"
     parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(yaml_cfg, parent) if parent else yaml_cfg
-    return "yaml" if OmegaConf.is_dict(node) and leaf in node else "default"
+    node = value_at(yaml_values, parent, None) if parent else yaml_values
+    return "yaml" if isinstance(node, dict) and leaf in node else "default"
 
 
 def unknown_option(items: list[str], top_level: set[str], options: list[str]) -> str:
@@ -55,18 +56,18 @@ def resolve(config_yaml: str, forwarded: list[str], options: list[str]) -> dict[
     """SHOWN keys, every overridden key and the collective and stall timeouts, in that order; ConfigError when
     the config does not load with these overrides."""
     items = normalize_cli_overrides(forwarded)
-    top_level = set(load_config(config_yaml, []))  # also says clearly when the YAML is missing or wrong
+    top_level = {f.name for f in fields(load_config(config_yaml, []))}  # also says clearly when the YAML is missing or wrong
     problem = unknown_option(items, top_level, options)
     if problem:
         raise ConfigError(problem)
     cfg = load_config(config_yaml, items)
     check_data_configs(cfg.datasets.vla_data, action_chunk(cfg))
-    yaml_cfg = read_config_file(config_yaml)
+    yaml_values = read_config_values(config_yaml, resolve=False)  # which keys it sets, not their values
     overridden = {item.split("=", 1)[0] for item in items}
     values = {}
     for key in [*SHOWN, *(k for k in sorted(overridden) if k not in SHOWN)]:
-        value = OmegaConf.select(cfg, key)
-        values[key] = Value(key, "" if value is None else str(value), source_of(key, overridden, yaml_cfg))
+        value = value_at(cfg, key, None)
+        values[key] = Value(key, "" if value is None else str(value), source_of(key, overridden, yaml_values))
     for key in (COLLECTIVE_TIMEOUT_KEY, STALL_TIMEOUT_KEY):  # load_config filled the schema's defaults
-        values[key] = Value(key, str(OmegaConf.select(cfg, key)), source_of(key, overridden, yaml_cfg))
+        values[key] = Value(key, str(value_at(cfg, key)), source_of(key, overridden, yaml_values))
     return values

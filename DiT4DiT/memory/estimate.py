@@ -33,7 +33,7 @@ from pathlib import Path
 from DiT4DiT.config.sections import (DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkCosmos25Section,
                                      FrameworkSection, TrainerSection)
 from DiT4DiT.facts import (DIT_SIZES, DTYPE_BYTES, FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, checkpointed_block_count,
-                           is_under, latent_frame_count, module_paths, num_output_frames)
+                           is_under, latent_frame_count, module_paths)
 from DiT4DiT.base_model.safetensors_header import read_header
 from DiT4DiT.memory.measured import MEASURED, MEASURED_HEAD, NPU_ROPE_BYTES_PER_TOKEN_PER_HIDDEN
 
@@ -316,7 +316,7 @@ def estimate_training_memory(base_model: Path, framework: FrameworkSection, trai
     running = {p: s for p, s in sizes.items() if p != "text_encoder" or not released}
 
     tcfg = json.loads((base_model / "transformer" / "config.json").read_text())
-    latent_frames = latent_frame_count(num_output_frames(data.video_delta_indices, data.action_video_freq_ratio))
+    latent_frames = latent_frame_count(data.num_frames)
     side = FRAME_SIDE_MULTIPLE  # one latent patch
     tokens = latent_frames * (data.image_size // side) * (views * data.image_size // side)
     vae_base_dim = json.loads((base_model / "vae" / "config.json").read_text()).get("base_dim", MEASURED["vae_base_dim"])

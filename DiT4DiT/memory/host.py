@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection
-from DiT4DiT.facts import DTYPE_BYTES, num_output_frames
+from DiT4DiT.facts import DTYPE_BYTES
 from DiT4DiT.memory.estimate import GIB, safetensors_param_count
 
 PREFETCH_FACTOR = 2  # torch DataLoader's default: batches each worker keeps ready
@@ -29,7 +29,7 @@ def weight_bytes(base_model: Path, torch_dtype: str) -> int:
 
 def frames_batch_bytes(data: DatasetsVlaDataSection, views: int) -> int:
     """One micro-batch as the data yields it: float32 (frames, 3, size, size x views) per sample."""
-    frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+    frames = data.num_frames
     return data.per_device_batch_size * frames * 3 * data.image_size * data.image_size * views * 4
 
 

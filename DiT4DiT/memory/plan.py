@@ -337,15 +337,13 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
     """Markdown rows: each config on each device with `processes` processes, ZeRO-2 -> fits as is / fits with ...;
     a config that turns checkpointing on gets a second row without it."""
     from DiT4DiT.config.schema import load_config
-    from DiT4DiT.config.sections import ConfigSections
-    from DiT4DiT.config.typed import section
     from DiT4DiT.memory.estimate import mixture_views
 
     header = "| config | " + " | ".join(d.name for d in DEVICES.values()) + " |"
     rows = [header, "|" + "---|" * (len(DEVICES) + 1)]
     variants = []
     for name, path in configs.items():
-        typed = section(load_config(path, []), ConfigSections)
+        typed = load_config(path, [])
         framework, trainer, data = typed.framework, typed.trainer, typed.datasets.vla_data
         variants.append((name, framework, trainer, data))
         if trainer.enable_gradient_checkpointing:  # and what the plan says without it

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import DatasetsVlaDataSection
-from DiT4DiT.dataloader.data_configs import VIEW_LAYOUTS
+from DiT4DiT.dataloader.data_configs import VIEW_LAYOUTS, auto_views
 from DiT4DiT.errors import DiT4DiTError
 
 
@@ -33,14 +33,12 @@ def implied_layout(vla: DatasetsVlaDataSection) -> RunLayout:
         return RunLayout("side_by_side", f"the default: neither config.yaml nor dataset_statistics.json records one "
                                          f"and data_mix's data configs cannot be read here ({error})")
     layouts = {config.views: config.name for config in configs if len(config.video_keys) > 1}
-    if len(layouts) > 1:
-        raise ConfigError(f"datasets.vla_data.data_mix={vla.data_mix} combines cameras both ways ("
-                          + ", ".join(f"{name}: {views}" for views, name in sorted(layouts.items()))
-                          + "); set datasets.vla_data.views in the run's config.yaml to the layout it trained with")
+    views = auto_views(layouts, lambda listing: ConfigError(
+        f"datasets.vla_data.data_mix={vla.data_mix} combines cameras both ways ({listing}); set "
+        "datasets.vla_data.views in the run's config.yaml to the layout it trained with"))
     if not layouts:
-        return RunLayout("side_by_side", f"data_mix={vla.data_mix}: no data config with several cameras")
-    (views, name), = layouts.items()
-    return RunLayout(views, f"implied by data config {name}, as datasets.vla_data.views=auto resolves it")
+        return RunLayout(views, f"data_mix={vla.data_mix}: no data config with several cameras")
+    return RunLayout(views, f"implied by data config {layouts[views]}, as datasets.vla_data.views=auto resolves it")
 
 
 def run_layout(vla: DatasetsVlaDataSection, statistics_entry: dict,

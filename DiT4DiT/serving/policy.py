@@ -19,12 +19,10 @@ import torch
 
 from DiT4DiT.config.schema import MAX_SEQUENCE_LENGTH
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection
-from DiT4DiT.config.typed import section
 from DiT4DiT.dataloader.dataset import combine_views
 from DiT4DiT.dataloader.errors import DataError
 from DiT4DiT.dataloader.transforms import Normalizer, StateEncoder
 from DiT4DiT.errors import DiT4DiTError
-from DiT4DiT.facts import num_output_frames
 from DiT4DiT.memory.estimate import mixture_views
 from DiT4DiT.model.framework.share_tools import check_unnorm_key
 from DiT4DiT.model.modules.action_model.rtc import MAX_GUIDANCE_WEIGHT, PREFIX_KEYS
@@ -83,7 +81,7 @@ class PolicyShape:
     def of(cls, framework: FrameworkSection, data: DatasetsVlaDataSection, max_batch: int,
            views: str = "side_by_side") -> "PolicyShape":
         head = framework.action_model
-        frames = num_output_frames(data.video_delta_indices, data.action_video_freq_ratio)
+        frames = data.num_frames
         exact = head.rtc_training.enabled
         return cls(data.image_size, head.state_dim, head.chunk_length, head.action_dim, max_batch,
                    camera_count(data.data_mix, data.data_config), frames,
@@ -254,11 +252,11 @@ class Policy:
         if bf16:
             model = model.to(torch.bfloat16)
         model = model.to(device).eval()
-        data = section(model.config.datasets.vla_data, DatasetsVlaDataSection)
+        data = model.config.datasets.vla_data
         layout = run_layout(data, entry, str(stats_path))
         log.info("camera layout %s (%s): requests may send an example's cameras one by one as 'views', or 'image' "
                  "frames of that layout", layout.views, layout.source)
-        shape = PolicyShape.of(section(model.config.framework, FrameworkSection), data, max_batch, layout.views)
+        shape = PolicyShape.of(model.config.framework, data, max_batch, layout.views)
         if sampling_steps is not None:
             log.info("action sampling with %d Euler steps (the run trained with num_inference_timesteps=%d)",
                      sampling_steps, model.action_model.num_inference_timesteps)

@@ -34,9 +34,9 @@ class StageClock:
         self._ms: dict[str, float] = {}
         extractor = model.backbone_interface.extractor
         self._wrap(model, "_model_batch", "preprocess")
-        self._wrap(extractor, "prompt_embeddings", "prompt")
-        self._wrap(extractor, "clip_posterior", "vae_encode")  # the VAE's encode of the conditioning frame
-        self._wrap(extractor, "sample_condition", "vae_encode")  # and its posterior sample
+        self._wrap(extractor, "stored_prompts", "prompt_store")  # within preprocess: the ModelBatch carries them
+        self._wrap(extractor, "prompt_embeddings", "prompt")  # within the backbone: the text encoder
+        self._wrap(extractor, "clip_posterior", "vae_encode")
         self._wrap(extractor, "forward", "backbone")
         self._wrap(model.action_model, "predict_action", "action_sampling")
 
@@ -63,9 +63,12 @@ class StageClock:
         self._ms[stage] = self._ms.get(stage, 0.0) + seconds * 1e3
 
     def stage_ms(self) -> list[float]:
-        """This forward's MODEL_STAGES in ms; the feature pass is the backbone's time less its prompt and VAE."""
+        """This forward's MODEL_STAGES in ms; the feature pass is the backbone's time less its prompt and VAE, and
+        the prompt store's lookup counts as the prompt stage, not the preprocessing around it."""
         ms = dict(self._ms)
         ms["feature_pass"] = ms.pop("backbone", 0.0) - ms.get("prompt", 0.0) - ms.get("vae_encode", 0.0)
+        stored = ms.pop("prompt_store", 0.0)
+        ms["preprocess"], ms["prompt"] = ms.get("preprocess", 0.0) - stored, ms.get("prompt", 0.0) + stored
         return [round(ms.get(stage, 0.0), 3) for stage in MODEL_STAGES]
 
 

@@ -24,11 +24,8 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-from DiT4DiT.config.sections import ConfigSections
-from DiT4DiT.config.typed import section
 from DiT4DiT.config.validate import has_action_head, latent_cache_refusal
 from DiT4DiT.errors import run_main
-from DiT4DiT.facts import num_output_frames
 from DiT4DiT.logging_setup import configure_logging
 
 
@@ -37,7 +34,6 @@ def fill(argv: list[str]) -> dict | None:
     from accelerate import Accelerator
 
     from DiT4DiT.dataloader import build_vla_datasets
-    from DiT4DiT.dataloader.cache import store_root
     from DiT4DiT.dataloader.config_checks import check_latent_cache
     from DiT4DiT.model.modules.clip_encoding import load_vae
     from DiT4DiT.model.modules.cosmos_pipeline import TORCH_DTYPES
@@ -53,26 +49,25 @@ def fill(argv: list[str]) -> dict | None:
     refusal = latent_cache_refusal(cfg)
     if refusal is not None:
         raise ConfigError(refusal)
-    typed = section(cfg, ConfigSections)
-    cosmos, data = typed.framework.cosmos25, typed.datasets.vla_data
+    cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
     check_latent_cache(data)
     accelerator = Accelerator()
     # Encoding a share may take longer than a device collective waits: the ranks wait for each other on the host.
-    waits = HostWaits(timedelta(seconds=typed.trainer.one_rank_timeout_s))
+    waits = HostWaits(timedelta(seconds=cfg.trainer.one_rank_timeout_s))
     started = time.perf_counter()
     with waits.first(accelerator.is_local_main_process):  # one process per node indexes, the others read its cache
-        datasets = build_vla_datasets(data, typed.framework.action_model.chunk_length, cfg.seed,
+        datasets = build_vla_datasets(data, cfg.framework.action_model.chunk_length, cfg.seed,
                                       ("train", "eval") if has_action_head(cfg) else ("train",))
     vae = load_vae(cosmos.base_model, TORCH_DTYPES[cosmos.torch_dtype], cosmos.local_files_only)
     vae.requires_grad_(False).to(accelerator.device)
     _, report = fill_latent_store(
         vae, [e for dataset in datasets.values() for e in dataset.latent_episodes()],
-        store_dir=store_root("latent", cosmos.latent_store_dir, data.cache_dir), base_model=cosmos.base_model,
+        store_dir=cfg.store_dir("latent"), base_model=cosmos.base_model,
         layout=datasets["train"].sample_layout(),
-        num_frames_out=num_output_frames(data.video_delta_indices, data.action_video_freq_ratio),
+        num_frames_out=data.num_frames,
         temporal_factor=read_pipeline_shape(cosmos.base_model).temporal_factor,
         with_future=cosmos.training != "action", ranks=Ranks.from_accelerator(accelerator, waits.all_sum),
-        batch_size=data.per_device_batch_size, mixed_precision=typed.trainer.mixed_precision)
+        batch_size=data.per_device_batch_size, mixed_precision=cfg.trainer.mixed_precision)
     if not accelerator.is_main_process:
         return None
     return {"episodes": report.episodes, "clips": report.rows, "encoded_now": report.encoded,

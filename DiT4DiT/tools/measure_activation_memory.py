@@ -238,12 +238,10 @@ def action_head_figures(checkpointing: bool) -> dict[str, float]:
     """Bytes saved by the robotwin action head per repeated sample: per feature token, per action token (the
     state token included), and per sample."""
     from DiT4DiT.config.schema import load_config
-    from DiT4DiT.config.sections import FrameworkActionModelSection
-    from DiT4DiT.config.typed import section
     from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 
     cfg = load_config(ROBOTWIN_YAML, [f"framework.action_model.diffusion_model_cfg.dropout={DROPOUT}"])
-    action_cfg = section(cfg.framework.action_model, FrameworkActionModelSection)
+    action_cfg = cfg.framework.action_model
     torch.manual_seed(0)
     with built_in_bf16():
         head = build_action_head(action_cfg, feature_dim=2048, gradient_checkpointing=checkpointing).train()

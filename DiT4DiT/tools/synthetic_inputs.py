@@ -3,23 +3,24 @@ example dicts as the data loader collates them, and a Cosmos transformer's input
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
-from DiT4DiT.config.sections import FrameworkActionModelSection
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.facts import VAE_SPATIAL_FACTOR
 
 
-def make_examples(cfg, batch: int = 2, views: int = 1, frames: int | None = None, seed: int = 0) -> list[dict]:
+def make_examples(cfg: ConfigSections, batch: int = 2, views: int = 1, frames: int | None = None, seed: int = 0) -> list[dict]:
     """Example dicts shaped like the data loader's for `cfg` (views side by side, frames in [0, 1])."""
     vla = cfg.datasets.vla_data
     if frames is None:
-        frames = len(range(0, len(vla.video_delta_indices), vla.action_video_freq_ratio))
-    size, chunk = int(vla.image_size), section(cfg.framework.action_model, FrameworkActionModelSection).chunk_length
+        frames = vla.num_frames
+    size, chunk = int(vla.image_size), cfg.framework.action_model.chunk_length
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    action_mask = np.ones((chunk, vla.max_action_dim), dtype=bool)
+    action_mask: np.ndarray = np.ones((chunk, vla.max_action_dim), dtype=bool)
     action_mask[:, -2:] = False  # two padded action dims, as when a robot has fewer than max_action_dim
     return [
         {
@@ -34,9 +35,9 @@ def make_examples(cfg, batch: int = 2, views: int = 1, frames: int | None = None
     ]
 
 
-def transformer_inputs(config, batch: int = 2, frames: int = 2, height: int = 8, width: int = 8, text_tokens: int = 12,
+def transformer_inputs(config: Any, batch: int = 2, frames: int = 2, height: int = 8, width: int = 8, text_tokens: int = 12,
                        seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> dict:
-    """Inputs of a Cosmos transformer whose config is `config`: latents of `height` x `width` and the condition
+    """Inputs of a Cosmos transformer whose (diffusers) config is `config`: latents of `height` x `width` and the condition
     mask, per-frame timesteps (float32, as the backbone passes them), text embeddings at the width the transformer
     projects from, and the padding mask in pixels; every other tensor in `dtype`."""
     generator = torch.Generator().manual_seed(seed)

@@ -39,11 +39,13 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, broadcast_object_list, gather_object
-from omegaconf import DictConfig, OmegaConf
 
 from DiT4DiT import atomic_files
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.recorded import recorded_yaml
+from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.errors import DiT4DiTError, TrainingError
+from DiT4DiT.facts import is_under
 from DiT4DiT.training.host_waits import HostWaits
 from DiT4DiT.training.unwrap import full_state_dict
 
@@ -254,8 +256,9 @@ def write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def save_config(cfg: DictConfig, path: Path) -> None:
-    write_text(path, OmegaConf.to_yaml(cfg, resolve=True))
+def save_config(cfg: ConfigSections, path: Path) -> None:
+    """The run folder's config.yaml, as DiT4DiT/config/recorded.py records it."""
+    write_text(path, recorded_yaml(cfg))
 
 
 def append_summary(run_dir: Path, step: int) -> None:
@@ -265,10 +268,9 @@ def append_summary(run_dir: Path, step: int) -> None:
     write_text(path, previous + json.dumps({"steps": step}) + "\n")
 
 
-def weights_to_save(state_dict: dict[str, torch.Tensor], frozen_prefixes: list[str]) -> dict[str, torch.Tensor]:
+def weights_to_save(state_dict: dict[str, torch.Tensor], frozen_modules: list[str]) -> dict[str, torch.Tensor]:
     """The weights a checkpoint keeps: everything but frozen modules (which reload from the base snapshot)."""
-    prefixes = tuple(p + "." for p in frozen_prefixes)
-    return {k: v.detach().cpu().contiguous() for k, v in state_dict.items() if not k.startswith(prefixes)}
+    return {k: v.detach().cpu().contiguous() for k, v in state_dict.items() if not is_under(k, frozen_modules)}
 
 
 def save_weights(state_dict: dict[str, torch.Tensor], path: Path) -> None:

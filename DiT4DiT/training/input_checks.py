@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from DiT4DiT.config.errors import ConfigError
-from DiT4DiT.config.sections import TrainerSection
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.config.validate import action_chunk, check_backbone_fits
 from DiT4DiT.dataloader.config_checks import check_data_configs, check_data_folders, check_latent_cache
 from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 from DiT4DiT.training.closed_loop_eval import check_config as check_closed_loop_eval
 
 
-def validate_training_config(cfg: DictConfig) -> list[str]:
+def validate_training_config(cfg: ConfigSections) -> list[str]:
     """The folders and files a training launch reads exist and the base model's folder is complete (ConfigError
     otherwise); warnings for odd but legal values."""
     data, trainer = cfg.datasets.vla_data, cfg.trainer
@@ -28,7 +25,7 @@ def validate_training_config(cfg: DictConfig) -> list[str]:
     check_data_folders(data)
     if trainer.pretrained_checkpoint and not Path(trainer.pretrained_checkpoint).is_file():
         raise ConfigError(f"trainer.pretrained_checkpoint: file '{trainer.pretrained_checkpoint}' does not exist")
-    check_closed_loop_eval(section(cfg.trainer, TrainerSection))
+    check_closed_loop_eval(trainer)
     problems = pipeline_folder_problems(cfg.framework.cosmos25.base_model)  # last: it reads a header per weight file
     if problems:
         raise ConfigError(" | ".join(problems))

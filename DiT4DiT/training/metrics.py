@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from DiT4DiT.atomic_files import atomic_write
-from DiT4DiT.config.sections import TrainerSection
+from DiT4DiT.config.sections import ConfigSections, TrainerLossScaleSection, TrainerSection
+from DiT4DiT.config.typed import plain_values
 from DiT4DiT.errors import DiT4DiTError
 from DiT4DiT.training.closed_loop_eval import METRIC_PREFIX as EVALUATION_PREFIX
 
@@ -46,9 +46,9 @@ class WandbRun:
     config: dict
 
     @classmethod
-    def of(cls, cfg: DictConfig) -> "WandbRun":
+    def of(cls, cfg: ConfigSections) -> "WandbRun":
         return cls(cfg.wandb_project, cfg.wandb_entity, cfg.run_id, wandb_mode(cfg.wandb_mode),
-                   OmegaConf.to_container(cfg, resolve=True))
+                   plain_values(cfg))
 
 
 def with_original_names(record: dict, future_video_scale: float) -> dict:
@@ -56,7 +56,8 @@ def with_original_names(record: dict, future_video_scale: float) -> dict:
     loss as it enters the total)."""
     extra = {theirs: record[ours] for ours, theirs in ORIGINAL_NAMES.items() if ours in record}
     if "future_video_loss" in record:
-        extra["future_video_loss_scaled"] = future_video_scale * record["future_video_loss"]
+        scale = TrainerLossScaleSection(future_video=future_video_scale)
+        extra["future_video_loss_scaled"] = scale.scaled_video(record["future_video_loss"])
     return record | extra
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from torch import nn
 from torch.optim import Optimizer
@@ -13,7 +14,7 @@ from DiT4DiT.config.schema import MIN_LR_SCHEDULERS, ConfigError
 from DiT4DiT.config.sections import TrainerSection
 
 
-def build_param_groups(model: nn.Module, learning_rate: Mapping[str, float]) -> list[dict]:
+def build_param_groups(model: nn.Module, learning_rate: Mapping[str, float]) -> list[dict[str, Any]]:
     """One group per module path named in `trainer.learning_rate` (YAML order), the rest in group `base`.
 
     Frozen parameters are left out entirely, so the optimizer holds no state for them.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import torch
 
@@ -35,7 +34,7 @@ class ResourceError(DiT4DiTError):
 def device_total_bytes(device: torch.device) -> int | None:
     if device.type == "cpu":
         return None
-    return torch.get_device_module(device).get_device_properties(device).total_memory
+    return int(torch.get_device_module(device).get_device_properties(device).total_memory)
 
 
 def usable_cores() -> int:
@@ -46,7 +45,7 @@ def check_resources(framework: FrameworkSection, trainer: TrainerSection, data: 
                     num_processes: int, device: torch.device) -> list[str]:
     """ResourceError when memory would run out (unless trainer.ignore_resource_check); returns warnings to log."""
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # as torchrun sets it: processes on this node
-    base_model = Path(framework.cosmos25.base_model)
+    base_model = framework.cosmos25.base_model_folder
     views = mixture_views(data.data_mix, data.data_config)
     estimate = estimate_training_memory(base_model, framework, trainer, data, num_processes, views,
                                         device_kind=device.type)
@@ -80,7 +79,7 @@ def auto_recomputed_blocks(framework: FrameworkSection, trainer: TrainerSection,
                            num_processes: int, device: torch.device) -> tuple[int, str]:
     """trainer.gradient_checkpointing_blocks=auto on `device`: (blocks to recompute, why that many): the fewest
     whose estimate fits the memory plan's share of the device's memory (memory/plan.py: fewest_recomputed_blocks)."""
-    base_model = Path(framework.cosmos25.base_model)
+    base_model = framework.cosmos25.base_model_folder
     layers = read_pipeline_shape(base_model).num_blocks
     total = device_total_bytes(device)
     if total is None:

@@ -12,13 +12,15 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from typing import Any
 
-from DiT4DiT.config.schema import ConfigError, leaves, read_config_file
+from DiT4DiT.config.recorded import read_config_values, recorded_values
+from DiT4DiT.config.schema import ConfigError, leaves
+from DiT4DiT.config.sections import ConfigSections
+from DiT4DiT.config.typed import value_at
 from DiT4DiT.dataloader import save_dataset_statistics
 from DiT4DiT.dataloader.transforms import Normalizer
 from DiT4DiT.facts import is_under
-from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.training.checkpoint import CONFIG, Resume, ResumeError
 
 log = logging.getLogger(__name__)
@@ -54,13 +56,13 @@ NUM_PROCESSES = "num_processes"
 _ABSENT = object()
 
 
-def _leaves(cfg: DictConfig, key: str) -> dict[str, object]:
-    value = OmegaConf.select(cfg, key, default=_ABSENT)
+def _leaves(values: dict[str, Any], key: str) -> dict[str, object]:
+    value = value_at(values, key, _ABSENT)
     if value is _ABSENT:
         return {}
-    if isinstance(value, DictConfig):
-        return dict(leaves(OmegaConf.to_container(value), f"{key}."))
-    return {key: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value}
+    if isinstance(value, dict):
+        return dict(leaves(value, f"{key}."))
+    return {key: value}
 
 
 def allowed_changes(resume_allow_changes: str | None) -> set[str]:
@@ -68,22 +70,25 @@ def allowed_changes(resume_allow_changes: str | None) -> set[str]:
     return {k.strip() for k in str(resume_allow_changes or "").split(",") if k.strip()}
 
 
-def config_changes(saved: DictConfig, current: DictConfig, allowed: set[str]) -> list[str]:
-    """'key: old -> new' for each compared key that differs and is not allowed (by itself or a section).
+def config_changes(saved: Any, current: Any, allowed: set[str]) -> list[str]:
+    """'key: old -> new' for each compared key that differs and is not allowed (by itself or a section); both configs
+    as a run folder records them (typed, a loaded tree or a mapping; computed defaults resolved, so a recorded DiT size
+    equals a null one).
 
     Keys the saved config lacks (an older trainer's, or the original DiT4DiT's) are not compared, nor keys the
     current config no longer has (read by nobody, see UNUSED_BY_THE_ORIGINAL in the schema).
     """
     changes = []
+    saved_values, current_values = recorded_values(saved), recorded_values(current)
     for key in COMPARED_KEYS:
-        old, new = _leaves(saved, key), _leaves(current, key)
+        old, new = _leaves(saved_values, key), _leaves(current_values, key)
         for leaf in sorted(old.keys() & new.keys()):
             if old[leaf] != new[leaf] and not is_under(leaf, allowed):
                 changes.append(f"{leaf}: {old.get(leaf)!r} -> {new.get(leaf)!r}")
     return changes
 
 
-def check_config_unchanged(cfg: DictConfig, run_dir: Path, resume: Resume, num_processes: int) -> None:
+def check_config_unchanged(cfg: ConfigSections, run_dir: Path, resume: Resume, num_processes: int) -> None:
     """ResumeError when the run's config.yaml is missing (a weights-only resume writes the current one), or when a
     compared key or the process count changed."""
     saved_path, saved_processes = run_dir / CONFIG, resume.num_processes
@@ -96,12 +101,11 @@ def check_config_unchanged(cfg: DictConfig, run_dir: Path, resume: Resume, num_p
     saved = None
     if saved_path.is_file():
         try:  # bounded, and one line when damaged (the state keeps a copy to restore it from)
-            saved = read_config_file(saved_path)
+            saved = read_config_values(saved_path)
         except ConfigError as error:
             raise ResumeError(f"the run's {error}. Restore it: {restore}") from None
     allowed = allowed_changes(cfg.trainer.resume_allow_changes)
-    # Both as a run folder records them (computed defaults resolved), so a recorded DiT size equals a null one.
-    changes = config_changes(recorded_config(saved), recorded_config(cfg), allowed) if saved is not None else []
+    changes = config_changes(saved, cfg, allowed) if saved is not None else []
     if saved_processes is not None and saved_processes != num_processes:
         changes.append(f"{NUM_PROCESSES}: {saved_processes!r} -> {num_processes!r} (cannot change: each rank's random "
                        "state and optimizer shard are saved; pass --num_processes to match)")
@@ -114,13 +118,13 @@ def check_config_unchanged(cfg: DictConfig, run_dir: Path, resume: Resume, num_p
         )
 
 
-def fast_forward(scheduler, steps: int) -> None:
+def fast_forward(scheduler: Any, steps: int) -> None:
     """Step the learning-rate schedule to where `steps` optimizer steps leave it (the optimizer is not stepped)."""
     for _ in range(steps):
         scheduler.step()
 
 
-def use_saved_statistics(datasets, path: Path, is_main: bool) -> None:
+def use_saved_statistics(datasets: list[Any], path: Path, is_main: bool) -> None:
     """Normalise with the run's saved statistics: its checkpoints are paired with them (the file is not rewritten).
 
     A run without the file (weights only, e.g. from the original DiT4DiT) gets the current data's statistics.

@@ -12,11 +12,15 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from DiT4DiT.config.schema import ConfigError
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 SEES, BLIND, NOT_ASKED = 1, 0, -1
 # Tensors handed to collectives stay referenced for the life of the process: a refusal here ends the group on
@@ -31,13 +35,13 @@ def nodes_in_world() -> tuple[int, int]:
     return max(1, world // local_world), local_world
 
 
-def _collective_tensor(values: list[int], device) -> torch.Tensor:
+def _collective_tensor(values: list[int], device: torch.device) -> torch.Tensor:
     tensor = torch.tensor(values, dtype=torch.int64, device=device)
     _HANDED_TO_COLLECTIVES.append(tensor)
     return tensor
 
 
-def check_shared_run_dir(accelerator, run_root_dir: str | Path) -> None:
+def check_shared_run_dir(accelerator: Accelerator, run_root_dir: str | Path) -> None:
     """ConfigError on every rank when some node does not see what global rank 0 wrote under run_root_dir."""
     nodes, per_node = nodes_in_world()
     if not dist.is_initialized() or nodes == 1:

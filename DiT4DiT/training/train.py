@@ -27,11 +27,9 @@ if not __package__:  # run as a script (accelerate launch, python): a missing pa
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType
-from omegaconf import DictConfig
 
 from DiT4DiT.config.schema import load_config, normalize_cli_overrides
-from DiT4DiT.config.sections import TrainerLossScaleSection, TrainerSection
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.sections import ConfigSections, TrainerLossScaleSection, TrainerSection
 from DiT4DiT.errors import DiT4DiTError, TrainingError, run_main
 from DiT4DiT.model.framework.DiT4DiT import autocast_enabled
 from DiT4DiT.training import run_dir as run_dirs
@@ -47,7 +45,7 @@ from DiT4DiT.training.trainer import Trainer, build_accelerator
 log = logging.getLogger("dit4dit.train")
 
 
-def parse_config(argv: list[str] | None) -> DictConfig:
+def parse_config(argv: list[str] | None) -> ConfigSections:
     parser = argparse.ArgumentParser(
         description="Train DiT4DiT. Any further --a.b.c value / --a.b.c=value overrides a config key.",
     )
@@ -71,7 +69,7 @@ def compose_loss(losses: dict[str, torch.Tensor], loss_scale: TrainerLossScaleSe
     refuses to return neither)."""
     total = losses.get("action_loss", 0.0)
     if "future_video_loss" in losses:
-        total = total + loss_scale.future_video * losses["future_video_loss"]
+        total = total + loss_scale.scaled_video(losses["future_video_loss"])
     return total
 
 
@@ -147,7 +145,7 @@ def train_step(micro_batches: list[list[dict]], step: int, *, model: torch.nn.Mo
     return metrics
 
 
-def run_training(cfg: DictConfig, accelerator: Accelerator) -> None:
+def run_training(cfg: ConfigSections, accelerator: Accelerator) -> None:
     """The run, top to bottom: set-up, then batch -> train_step -> bookkeeping, until max_train_steps."""
     trainer = Trainer(cfg, accelerator)  # resume, data, model
     trainer.prepare(build_optimizer(trainer.model, trainer.settings))  # schedule, prompts, saved state
@@ -173,10 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_config(argv)
         for warning in validate_training_config(cfg):
             log.warning(warning)
-        accelerator = build_accelerator(section(cfg.trainer, TrainerSection), cfg.framework.cosmos25.training,
-                                        cfg.datasets.vla_data.per_device_batch_size)
+        accelerator = build_accelerator(cfg)
         check_shared_run_dir(accelerator, cfg.run_root_dir)  # every node must see the run dir
-        with run_dirs.claimed(accelerator, Path(cfg.output_dir), cfg.trainer.is_resume, cfg.trainer.move_old_run):
+        with run_dirs.claimed(accelerator, cfg.run_dir, cfg.trainer.is_resume, cfg.trainer.move_old_run):
             run_training(cfg, accelerator)
 
     def said_by(error: DiT4DiTError) -> str | None:  # one line, once: by the main process when all ranks raised it

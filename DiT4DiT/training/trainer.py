@@ -19,16 +19,14 @@ import numpy as np
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedDataParallelKwargs, DistributedType, set_seed
-from omegaconf import DictConfig
 
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import ConfigSections, TrainerSection
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.typed import replaced
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
-from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV
+from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV, is_under
 from DiT4DiT.model.framework import build_framework
-from DiT4DiT.model.framework.base_framework import recorded_config
 from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed_modules
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
@@ -48,12 +46,14 @@ from DiT4DiT.training.zero_safety import make_overlap_safe
 log = logging.getLogger("dit4dit.train")
 
 
-def build_accelerator(trainer: TrainerSection, training: str, per_device_batch_size: int) -> Accelerator:
-    """From the launch configuration (accelerate launch --config_file ...), plus what our config decides
-    (`training`: framework.cosmos25.training; `per_device_batch_size`: datasets.vla_data's)."""
+def build_accelerator(cfg: ConfigSections) -> Accelerator:
+    """From the launch configuration (accelerate launch --config_file ...), plus what our config decides (the
+    trainer section, the training mode and the batch)."""
+    trainer = cfg.trainer
     # DDP looks for parameters without gradient (a graph traversal per step) only when the mode leaves some.
     # No buffer needs syncing (they are constants), and the released text encoder's are empty.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(trainer.freeze_modules, training),
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=unused_parameters_expected(trainer.freeze_modules,
+                                                                                         cfg.framework.cosmos25.training),
                                         broadcast_buffers=False)
     # Where triton is installed, deepspeed's import (here, in DeepSpeed runs) warms inductor's pool of compile
     # workers, processes that import torch again (a 2-step CPU ZeRO-2 run: 164 CPU-s with it, 44 without; the
@@ -69,10 +69,9 @@ def build_accelerator(trainer: TrainerSection, training: str, per_device_batch_s
         # No dataloader goes through accelerator.prepare (we shard batches ourselves for exact resume), so
         # DeepSpeed cannot infer these "auto" values; the clip norm comes from our config, not the JSON.
         ds_config = accelerator.state.deepspeed_plugin.deepspeed_config
-        micro, accumulation = per_device_batch_size, trainer.gradient_accumulation_steps
-        ds_config["train_micro_batch_size_per_gpu"] = micro
-        ds_config["gradient_accumulation_steps"] = accumulation
-        ds_config["train_batch_size"] = micro * accumulation * accelerator.num_processes
+        ds_config["train_micro_batch_size_per_gpu"] = cfg.datasets.vla_data.per_device_batch_size
+        ds_config["gradient_accumulation_steps"] = trainer.gradient_accumulation_steps
+        ds_config["train_batch_size"] = cfg.global_batch(accelerator.num_processes)
         ds_config["gradient_clipping"] = trainer.gradient_clipping
         make_overlap_safe(ds_config, trainer.allow_unsafe_zero_overlap)
     return accelerator
@@ -116,17 +115,15 @@ class Trainer:
     accelerate preparation talk to the other ranks).
     """
 
-    def __init__(self, cfg: DictConfig, accelerator: Accelerator):
-        typed = section(cfg, ConfigSections)
-        if typed.trainer.gradient_checkpointing_blocks == AUTO:  # a count from here on (config.yaml records it)
-            blocks, why = resources.auto_recomputed_blocks(typed.framework, typed.trainer, typed.datasets.vla_data,
+    def __init__(self, cfg: ConfigSections, accelerator: Accelerator):
+        if cfg.trainer.gradient_checkpointing_blocks == AUTO:  # a count from here on (config.yaml records it)
+            blocks, why = resources.auto_recomputed_blocks(cfg.framework, cfg.trainer, cfg.datasets.vla_data,
                                                            accelerator.num_processes, accelerator.device)
             log.info("trainer.gradient_checkpointing_blocks=auto: %s", why)
-            cfg.trainer.gradient_checkpointing_blocks = str(blocks)
-            typed = section(cfg, ConfigSections)
-        settings, data_cfg = typed.trainer, typed.datasets.vla_data
-        self.cfg, self.typed, self.settings, self.accelerator = cfg, typed, settings, accelerator
-        self.run_dir = Path(cfg.output_dir)
+            cfg = replaced(cfg, "trainer.gradient_checkpointing_blocks", str(blocks))
+        settings, data_cfg = cfg.trainer, cfg.datasets.vla_data
+        self.cfg, self.settings, self.accelerator = cfg, settings, accelerator
+        self.run_dir = cfg.run_dir
         rank, world = accelerator.process_index, accelerator.num_processes
         # One-rank work (the index, the prompt store, checkpoint writes) is waited for on the host, not the device.
         self.waits = HostWaits(timedelta(seconds=settings.one_rank_timeout_s))
@@ -142,11 +139,11 @@ class Trainer:
         # from one pass; one process per node indexes while the others wait, then read its cache.
         set_seed(cfg.seed)
         with self.waits.first(accelerator.is_local_main_process):
-            datasets = build_vla_datasets(data_cfg, typed.framework.action_model.chunk_length, cfg.seed,
+            datasets = build_vla_datasets(data_cfg, cfg.framework.action_model.chunk_length, cfg.seed,
                                           ("train", "eval") if has_action_head(cfg) else ("train",))
         self.train_set, self.eval_set = datasets["train"], datasets.get("eval")
         self.batch_order = ResumableBatchOrder(len(self.train_set), data_cfg.per_device_batch_size, rank, world, cfg.seed)
-        for warning in resources.check_resources(typed.framework, settings, data_cfg, world, accelerator.device):  # ResourceError when it cannot fit
+        for warning in resources.check_resources(cfg.framework, settings, data_cfg, world, accelerator.device):  # ResourceError when it cannot fit
             log.warning(warning)
         if resume:  # the run's statistics stay its statistics
             resumption.use_saved_statistics([d for d in (self.train_set, self.eval_set) if d is not None],
@@ -159,13 +156,13 @@ class Trainer:
         """The schedule, the run dir's first files, accelerate's preparation (self.model and self.optimizer become
         the prepared ones), the prompts, then the saved optimizer state and RNG, or the schedule fast-forwarded."""
         cfg, settings, accelerator, resume = self.cfg, self.settings, self.accelerator, self.resume
-        data_cfg, is_main = self.typed.datasets.vla_data, accelerator.is_main_process
+        data_cfg, is_main = cfg.datasets.vla_data, accelerator.is_main_process
         train_set, eval_set = self.train_set, self.eval_set
         self.scheduler = build_lr_scheduler(optimizer, settings)
         if not resume and is_main:  # after every check of the config: a refused start writes nothing
             save_dataset_statistics(train_set.statistics(), self.run_dir / "dataset_statistics.json")
         if is_main and not (self.run_dir / "config.yaml").is_file():  # fresh, or weights only from a folder without
-            save_config(recorded_config(cfg), self.run_dir / "config.yaml")
+            save_config(cfg, self.run_dir / "config.yaml")
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         ranks = Ranks.from_accelerator(accelerator, self.waits.all_sum)
         # The model stores every instruction's embedding (encoded once, split across ranks) and releases the text encoder.
@@ -262,8 +259,7 @@ class Trainer:
         reduced = self.window.reduce(self.accelerator.gather) if log_now else None
         if self.logger is None:
             return
-        samples = self.typed.datasets.vla_data.per_device_batch_size * accumulation * self.accelerator.num_processes
-        self.logger.record(timings, samples=samples)
+        self.logger.record(timings, samples=self.cfg.global_batch(self.accelerator.num_processes))
         self.logger.advance(done)
         if reduced is not None:
             lrs = {f"learning_rate/{g['name']}": g["lr"] for g in self.optimizer.param_groups}
@@ -294,7 +290,7 @@ class Trainer:
             "run dir %s | %d process(es), %s | batch %d/process x %d processes x %d accumulation = %d samples/step | "
             "%d training samples | parameters: %.2fM trainable of %.2fM | mode %s | steps %d -> %d",
             self.run_dir, accelerator.num_processes, accelerator.distributed_type.value, batch, accelerator.num_processes,
-            accumulation, batch * accelerator.num_processes * accumulation, training_samples, trainable / 1e6,
+            accumulation, cfg.global_batch(accelerator.num_processes), training_samples, trainable / 1e6,
             total / 1e6, cfg.framework.cosmos25.training, self.start_step, self.settings.max_train_steps,
         )
         log.info(what_is_on(self.unwrapped, self.settings))
@@ -315,10 +311,6 @@ def due(done: int, interval: int, last: int) -> bool:
     return done % interval == 0 or done == last
 
 
-def prefixes(paths: list[str]) -> tuple[str, ...]:
-    return tuple(path + "." for path in paths)
-
-
 def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume | None,
                  deepspeed: bool) -> torch.nn.Module:
     """The built framework with its frozen modules (and its text encoder's layers checkpointed when asked),
@@ -329,7 +321,7 @@ def set_up_model(model: torch.nn.Module, trainer: TrainerSection, resume: Resume
     if trainer.pretrained_checkpoint:
         load_pretrained(model, trainer.pretrained_checkpoint, trainer.reload_modules, frozen)
     if resume and (resume.weights_only or not deepspeed):  # DeepSpeed restores its own state
-        load_trained_weights(model, load_weights(resume.weights, "trainer.is_resume"), resume.weights, may_be_missing=prefixes(frozen))
+        load_trained_weights(model, load_weights(resume.weights, "trainer.is_resume"), resume.weights, may_be_missing=frozen)
     return model
 
 
@@ -339,15 +331,14 @@ def load_pretrained(model: torch.nn.Module, checkpoint: str, reload_modules: str
     state = load_weights(path)
     modules = module_paths(reload_modules)
     if modules:
-        listed = prefixes(modules)
-        state = {k: v for k, v in state.items() if k.startswith(listed)}
+        state = {k: v for k, v in state.items() if is_under(k, modules)}
         if not state:
             raise ConfigError(f"trainer.reload_modules: {path} holds no weights under {modules}")
         # The listed modules must load completely; everything else keeps its freshly built weights.
-        others = tuple(k for k in model.state_dict() if not k.startswith(listed))
+        others = [k for k in model.state_dict() if not is_under(k, modules)]
         load_trained_weights(model, state, path, may_be_missing=others)
     else:
-        load_trained_weights(model, state, path, may_be_missing=prefixes(frozen))
+        load_trained_weights(model, state, path, may_be_missing=frozen)
     log.info("loaded %d tensors from %s", len(state), path)
 
 

@@ -27,5 +27,7 @@ def unwrap(accelerator: Accelerator, model: torch.nn.Module) -> torch.nn.Module:
 def full_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Collective under DeepSpeed (ZeRO-3 gathers the shards on every rank); the bare model's state dict otherwise."""
     if accelerator.distributed_type not in _DDP_KINDS:
-        return accelerator.get_state_dict(model)
-    return unwrap(accelerator, model).state_dict()
+        state: dict[str, torch.Tensor] = accelerator.get_state_dict(model)
+        return state
+    bare: dict[str, torch.Tensor] = unwrap(accelerator, model).state_dict()
+    return bare

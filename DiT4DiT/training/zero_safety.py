@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from packaging.version import Version
 
@@ -29,7 +30,7 @@ def installed_deepspeed() -> Version | None:
         return None
 
 
-def overlap_is_unsafe(ds_config: dict, deepspeed_version: Version) -> bool:
+def overlap_is_unsafe(ds_config: dict[str, Any], deepspeed_version: Version) -> bool:
     """ZeRO stage 1 or 2 with overlap_comm on (DeepSpeed's default is on for stage 3 only), before the fixes."""
     zero = ds_config.get("zero_optimization") or {}
     stage = int(zero.get("stage", 0))
@@ -37,7 +38,7 @@ def overlap_is_unsafe(ds_config: dict, deepspeed_version: Version) -> bool:
     return stage in (1, 2) and overlap is True and deepspeed_version < FIRST_SAFE
 
 
-def make_overlap_safe(ds_config: dict, allow_unsafe: bool, deepspeed_version: Version | None = None) -> bool:
+def make_overlap_safe(ds_config: dict[str, Any], allow_unsafe: bool, deepspeed_version: Version | None = None) -> bool:
     """Turn overlap_comm off in `ds_config` (in place) where it is unsafe, unless the expert key keeps it.
 
     Returns whether the config was changed.

@@ -44,7 +44,7 @@ def main() -> None:
         "instructions": sorted(INSTRUCTIONS),
         "encoded_here": sorted(encoded_here),
         "report_encoded": report.encoded,
-        "lookup_sum": float(store.lookup(INSTRUCTIONS, torch.device("cpu")).double().sum()),
+        "lookup_sum": float(torch.stack([store.embedding(p) for p in INSTRUCTIONS]).double().sum()),
     }
     (out / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
     destroy_process_group(everyone_here=True)  # before interpreter exit, as the trainer does

@@ -14,12 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from DiT4DiT.config.schema import ConfigError
-from DiT4DiT.config.sections import FrameworkActionModelSection, FrameworkCosmos25Section
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.schema import ConfigError, ConfigLike, config_of
+from DiT4DiT.config.sections import ConfigSections
 from DiT4DiT.config.validate import has_action_head
-from DiT4DiT.dataloader.cache import store_root
-from DiT4DiT.facts import num_output_frames
 from DiT4DiT.model.framework import register_framework
 from DiT4DiT.model.modules.action_model.flow_matching_head import build_action_head
 from DiT4DiT.model.modules.action_model.rtc import ChunkPrefix
@@ -36,26 +33,28 @@ def autocast_enabled(mixed_precision: str) -> bool:
 
 @register_framework("DiT4DiT")
 class DiT4DiT(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config: ConfigLike):
+        """The model of `config`: the typed config (load_config's), or the original's form (an OmegaConf tree or a
+        dict), converted and checked once here; `self.config` is the typed config either way."""
         super().__init__()
-        self.config = config
+        cfg = config_of(config)
+        self.config: ConfigSections = cfg
         self.norm_stats = None
-        self.repeated_diffusion_steps = config.trainer.repeated_diffusion_steps
-        action_cfg = section(config.framework.action_model, FrameworkActionModelSection)
+        trainer, action_cfg = cfg.trainer, cfg.framework.action_model
+        self.repeated_diffusion_steps = trainer.repeated_diffusion_steps
         self.chunk_len = action_cfg.chunk_length
-        self.autocast_enabled = autocast_enabled(config.trainer.mixed_precision)
-        checkpointing = config.trainer.enable_gradient_checkpointing
+        self.autocast_enabled = autocast_enabled(trainer.mixed_precision)
+        checkpointing = trainer.enable_gradient_checkpointing
         # The backbone checks that vl_hidden_dim (the head's feature width) matches its transformer.
-        head = (build_action_head(action_cfg, config.framework.cosmos25.vl_hidden_dim, checkpointing)
-                if has_action_head(config) else None)
-        vla, cosmos = config.datasets.vla_data, config.framework.cosmos25
+        head = (build_action_head(action_cfg, cfg.framework.cosmos25.vl_hidden_dim, checkpointing)
+                if has_action_head(cfg) else None)
         self.backbone_interface = CosmosBackboneInterface(
-            section(cosmos, FrameworkCosmos25Section),
-            num_frames_out=num_output_frames(vla.video_delta_indices, vla.action_video_freq_ratio),
-            prompt_store_dir=store_root("prompt", cosmos.prompt_store_dir, vla.cache_dir),
+            cfg.framework.cosmos25,
+            num_frames_out=cfg.datasets.vla_data.num_frames,
+            prompt_store_dir=cfg.store_dir("prompt"),
             gradient_checkpointing=checkpointing,
-            gradient_checkpointing_blocks=config.trainer.gradient_checkpointing_blocks,
-            latent_store_dir=store_root("latent", cosmos.latent_store_dir, vla.cache_dir),
+            gradient_checkpointing_blocks=trainer.gradient_checkpointing_blocks,
+            latent_store_dir=cfg.store_dir("latent"),
         )
         self.training_mode = self.backbone_interface.training_mode
         self.action_model = head
@@ -91,6 +90,7 @@ class DiT4DiT(nn.Module):
             targets=targets and head is not None,
             state=head is not None and head.state_encoder is not None and "state" in examples[0],
             current_frame_only=not targets,  # only the current observation conditions a predicted action
+            stored_prompts=self.backbone_interface.extractor.stored_prompts([example["lang"] for example in examples]),
         )
         if batch.actions is not None and batch.actions.shape[1] != self.chunk_len:
             raise ConfigError(
@@ -119,6 +119,7 @@ class DiT4DiT(nn.Module):
                 want_features=self.action_model is not None,
                 want_video_loss=self.training_mode != "action",
                 posterior=batch.posterior,
+                prompt_embeds=batch.prompt_embeds,
             )
         losses = {}
         if self.action_model is not None:
@@ -149,7 +150,8 @@ class DiT4DiT(nn.Module):
         batch = self._model_batch(examples, targets=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast_enabled):
             backbone = self.backbone_interface(batch.video, batch.instructions, want_features=True,
-                                               want_video_loss=False, generators=generators, posterior=batch.posterior)
+                                               want_video_loss=False, generators=generators, posterior=batch.posterior,
+                                               prompt_embeds=batch.prompt_embeds)
         with torch.autocast("cuda", dtype=torch.float32, enabled=self.autocast_enabled):
             features = backbone.features.to(self.action_model.dtype)
             prefix = ChunkPrefix.of(examples, self.chunk_len, self.action_model.action_dim, features.device,

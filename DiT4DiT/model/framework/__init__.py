@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Callable
+from typing import Any, Callable
 
 from DiT4DiT.config.schema import ConfigError
+from DiT4DiT.config.sections import ConfigSections
 
 FRAMEWORK_REGISTRY: dict[str, type] = {}
 
@@ -29,7 +30,7 @@ def _import_frameworks() -> None:
         importlib.import_module(f"{__name__}.{module.name}")
 
 
-def build_framework(cfg):
+def build_framework(cfg: ConfigSections) -> Any:
     _import_frameworks()
     name = cfg.framework.name
     if name not in FRAMEWORK_REGISTRY:

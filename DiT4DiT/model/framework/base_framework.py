@@ -8,8 +8,8 @@ out, reloaded from `framework.cosmos25.base_model`). The model comes back on the
 A run folder made on another machine records its base model as a path there: `base_model=` (the server's and
 open-loop evaluation's `--base_model`, or DIT4DIT_BASE_MODEL) points it at the local snapshot.
 
-`recorded_config(cfg)` is the config a run folder records: every value resolved, so the original, which reads a
-null as an override, builds the same model from it.
+What a run folder records is DiT4DiT/config/recorded.py's (`recorded_config`, imported here for the callers that
+know it by this module).
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from DiT4DiT.config.schema import RECORDED_FOR_THE_ORIGINAL, ConfigError, load_config
-from DiT4DiT.config.sections import TrainerSection
-from DiT4DiT.config.typed import section
+from DiT4DiT.config.recorded import DIT_CFG, read_config_values, recorded_config  # noqa: F401 (recorded_config: see above)
+from DiT4DiT.config.schema import ConfigError, load_config
+from DiT4DiT.config.sections import ConfigSections
+from DiT4DiT.config.typed import value_at
 from DiT4DiT.config.validate import action_chunk
 from DiT4DiT.dataloader.config_checks import check_data_configs
-from DiT4DiT.facts import DIT_SIZES
 from DiT4DiT.model.framework import build_framework, share_tools
 from DiT4DiT.model.freezing import left_out_of_checkpoints
 from DiT4DiT.model.modules.weights import load_trained_weights
@@ -37,7 +37,6 @@ from DiT4DiT.base_model.pipeline_folder import pipeline_folder_problems
 
 log = logging.getLogger(__name__)
 
-DIT_CFG = "framework.action_model.diffusion_model_cfg"
 BASE_MODEL_KEY = "framework.cosmos25.base_model"
 # The local Cosmos snapshot for run folders whose recorded one is not here (the default of --base_model).
 BASE_MODEL_ENV = "DIT4DIT_BASE_MODEL"
@@ -59,21 +58,6 @@ class RunFolderError(ConfigError):
     """A run folder whose config.yaml and checkpoint disagree, or that lacks a key nothing else supplies."""
 
 
-def recorded_config(cfg: DictConfig) -> DictConfig:
-    """`cfg` with every value the model computes from a null resolved (the DiT size: the original merges
-    `diffusion_model_cfg` over the size table, so a null there replaces 12 heads x 64 and fails), and the keys only
-    the original reads (RECORDED_FOR_THE_ORIGINAL) with the values in use here."""
-    recorded = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    for key, value in RECORDED_FOR_THE_ORIGINAL.items():
-        if OmegaConf.select(recorded, key.rsplit(".", 1)[0]) is not None:  # a section the run has (no head, no key)
-            OmegaConf.update(recorded, key, value, force_add=True)
-    dit = OmegaConf.select(recorded, DIT_CFG)
-    if dit is not None and dit.get("num_attention_heads") is None:
-        size = OmegaConf.select(recorded, "framework.action_model.action_model_type", default="DiT-B")
-        dit.num_attention_heads, dit.attention_head_dim = DIT_SIZES[size]
-    return recorded
-
-
 def _shapes(checkpoint: Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes of a weights file, memory-mapped: a full 2B checkpoint is not read for them. RunFolderError
     for a file that is not a state dict torch.save wrote (empty, truncated, another file, another object)."""
@@ -89,10 +73,10 @@ def _shapes(checkpoint: Path) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in state.items()}
 
 
-def base_model_override(config_path: Path, raw: DictConfig, base_model: str | Path | None) -> list[str]:
+def base_model_override(config_path: Path, raw: dict[str, Any], base_model: str | Path | None) -> list[str]:
     """The dotlist value putting `base_model` in place of the recorded snapshot; none when not given. Without
     it, a recorded snapshot that does not exist here is a RunFolderError naming the path, the key and the fix."""
-    recorded = OmegaConf.select(raw, BASE_MODEL_KEY, default=None)
+    recorded = value_at(raw, BASE_MODEL_KEY, None)
     if base_model:
         if str(base_model) != str(recorded):
             log.info("%s: %s=%s replaced by %s (--base_model / %s)", config_path, BASE_MODEL_KEY, recorded, base_model,
@@ -105,7 +89,7 @@ def base_model_override(config_path: Path, raw: DictConfig, base_model: str | Pa
     return []
 
 
-def run_config_overrides(config_path: Path, checkpoint: Path, raw: DictConfig) -> list[str]:
+def run_config_overrides(config_path: Path, checkpoint: Path, raw: dict[str, Any]) -> list[str]:
     """Dotlist values for the keys config.yaml (read as `raw`) lacks and the checkpoint's shapes fix;
     RunFolderError where the two disagree. Logs one line naming what was inferred."""
     shapes = _shapes(checkpoint)
@@ -114,7 +98,7 @@ def run_config_overrides(config_path: Path, checkpoint: Path, raw: DictConfig) -
         if tensor not in shapes:
             continue
         value = shapes[tensor][dim]
-        recorded = OmegaConf.select(raw, key, default=None)
+        recorded = value_at(raw, key, None)
         if recorded is None:
             inferred[key] = value
         elif recorded != value:
@@ -130,14 +114,14 @@ def run_config_overrides(config_path: Path, checkpoint: Path, raw: DictConfig) -
 
 
 def load_run_config(checkpoint: str | Path, base_model: str | Path | None = None,
-                    overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+                    overrides: list[str] | tuple[str, ...] = ()) -> ConfigSections:
     """The config of the run `checkpoint` belongs to (`<run_dir>/config.yaml`), completed from its shapes, with
     `base_model` (default: $DIT4DIT_BASE_MODEL) as its snapshot when given and then `overrides` (dotlist); that
     base model folder (frozen modules reload from it) must be complete."""
     checkpoint = Path(checkpoint)
     share_tools.read_mode_config(checkpoint)  # both run files present, or a clear error
     config_path = checkpoint.parents[1] / "config.yaml"
-    raw = OmegaConf.load(config_path)
+    raw = read_config_values(config_path)
     base = base_model_override(config_path, raw, base_model or os.environ.get(BASE_MODEL_ENV))
     config = load_config(config_path, [*run_config_overrides(config_path, checkpoint, raw), *base, *overrides])
     check_data_configs(config.datasets.vla_data, action_chunk(config))
@@ -161,9 +145,8 @@ class baseframework:  # noqa: N801 (the original's class name, imported by its c
         checkpoint = Path(pretrained_checkpoint)
         config = load_run_config(checkpoint, base_model)
         model = build_framework(config)  # a ConfigError names the registered frameworks if it is not one
-        left_out = tuple(path + "." for path in left_out_of_checkpoints(section(config.trainer, TrainerSection)))
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        load_trained_weights(model, state, checkpoint, may_be_missing=left_out)
+        load_trained_weights(model, state, checkpoint, may_be_missing=left_out_of_checkpoints(config.trainer))
         model.norm_stats = json.loads((checkpoint.parents[1] / "dataset_statistics.json").read_text())
         return model
 

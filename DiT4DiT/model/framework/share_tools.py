@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from DiT4DiT.config.errors import ConfigError
+from DiT4DiT.config.recorded import read_config_values
 
 
 class RunFileMissing(ConfigError, FileNotFoundError):
@@ -39,7 +39,7 @@ def _run_files(pretrained_checkpoint: str | Path, config_name: str) -> tuple[Pat
 def read_mode_config(pretrained_checkpoint: str | Path) -> tuple[dict, dict]:
     """(config as a plain dict, dataset statistics) of the run a checkpoint belongs to (`<run_dir>/config.yaml`)."""
     config, statistics = _run_files(pretrained_checkpoint, "config.yaml")
-    return OmegaConf.to_container(OmegaConf.load(config), resolve=True), json.loads(statistics.read_text())
+    return read_config_values(config), json.loads(statistics.read_text())
 
 
 def check_unnorm_key(norm_stats: dict, unnorm_key: str | None, source: str = "the dataset statistics") -> str:

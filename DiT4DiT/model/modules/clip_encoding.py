@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ def load_vae(folder: str | Path, torch_dtype: torch.dtype, local_files_only: boo
                                             local_files_only=local_files_only).eval()
 
 
-def encoding_autocast(device: torch.device, mixed_precision: str):
+def encoding_autocast(device: torch.device, mixed_precision: str) -> Any:
     """The autocast a training step encodes clips under (the framework's bf16 sites: on where an accelerator runs
     the step, with trainer.mixed_precision=bf16), for encoding them outside a step (the latent store): the same
     context gives the same numbers."""

@@ -46,7 +46,7 @@ from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
 from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, vae_frames
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
 from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
-from DiT4DiT.model.modules.host_to_device import to_device
+from DiT4DiT.model.modules.host_to_device import stack_to_device, to_device
 from DiT4DiT.model.modules.prompt_encoding import encode_prompts
 from DiT4DiT.model.modules.latent_store import Episode, LatentStore, fill_latent_store
 from DiT4DiT.model.modules.node_store import Ranks
@@ -231,12 +231,20 @@ class CosmosFeatureExtractor(nn.Module):
             tensor.data = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
         self.text_encoder = None
 
-    def prompt_embeddings(self, prompts: list[str], device: torch.device) -> torch.Tensor:
+    def stored_prompts(self, prompts: list[str]) -> list[torch.Tensor] | None:
+        """Each prompt's stored embedding, on the host (memory-mapped), when the prompt store serves this batch: the
+        store is on, the text encoder frozen and every prompt stored; host_to_device.model_batch moves them with the
+        rest of the batch. None when the text encoder encodes them instead."""
+        return self._stored_rows(prompts)
+
+    def _stored_rows(self, prompts: list[str]) -> list[torch.Tensor] | None:
+        # stored_prompts' body, called directly by prompt_embeddings: the stage clock (serving/stage_timing.py) times
+        # the batch's lookup through stored_prompts, and this one inside the prompt stage it already times.
         store = self.prompt_store
         if store is not None and not self._text_encoder_trainable():
             missing = [p for p in dict.fromkeys(prompts) if not store.has(p)]
             if not missing:
-                return store.lookup(prompts, device)
+                return [store.embedding(p) for p in prompts]
             if self.text_encoder is None:
                 raise PromptStoreError(
                     f"instruction {missing[0]!r} is not in the prompt store {store.folder} and the text encoder was "
@@ -250,6 +258,14 @@ class CosmosFeatureExtractor(nn.Module):
                 stacklevel=2,
             )
             self._warned_trainable_text_encoder = True
+        return None
+
+    def prompt_embeddings(self, prompts: list[str], device: torch.device) -> torch.Tensor:
+        """(B, max_sequence_length, D) on `device`: the stored embeddings (for callers without a ModelBatch), else
+        the text encoder's output."""
+        stored = self._stored_rows(prompts)
+        if stored is not None:
+            return stack_to_device(stored, device)
         return self._encode_prompts(prompts).to(device)  # the encoder runs on the device: no host copy
 
     def _normalise(self, latents: torch.Tensor) -> torch.Tensor:
@@ -277,9 +293,11 @@ class CosmosFeatureExtractor(nn.Module):
         want_video_loss: bool = True,
         generators: list[torch.Generator] | None = None,
         posterior: ClipPosterior | None = None,
+        prompt_embeds: torch.Tensor | None = None,
     ) -> BackboneOutput:
         """video (B, T, 3, H, W) in [0, 1] on the model's device: frame 0 conditions, the others are future frames;
-        or, from the latent store, the clip's `posterior` in its place (video None).
+        or, from the latent store, the clip's `posterior` in its place (video None). `prompt_embeds`: the prompts'
+        stored embeddings as the ModelBatch brought them (None: looked up or encoded here).
 
         `generators` (CPU, one per example) draw each example's noise on its own, so an example's features do not
         depend on the batch it is in (the server batches requests); None draws from torch's default generator."""
@@ -294,7 +312,9 @@ class CosmosFeatureExtractor(nn.Module):
             posterior = self.clip_posterior(video, num_frames_out, with_future)
         device = posterior.mean.device
         dtype = self.transformer.dtype
-        prompt_embeds = self.prompt_embeddings(prompts, device).to(dtype)
+        if prompt_embeds is None:
+            prompt_embeds = self.prompt_embeddings(prompts, device)
+        prompt_embeds = prompt_embeds.to(dtype)
 
         cond_latent = self.sample_condition(posterior, generators)
         batch, channels, _, latent_h, latent_w = cond_latent.shape
@@ -492,10 +512,11 @@ class CosmosBackboneInterface(nn.Module):
     def forward(
         self, video: torch.Tensor | None, instructions: list[str], want_features: bool, want_video_loss: bool,
         generators: list[torch.Generator] | None = None, posterior: ClipPosterior | None = None,
+        prompt_embeds: torch.Tensor | None = None,
     ) -> BackboneOutput:
         """video (B, T, 3, H, W) in [0, 1] on the model's device (frame 0 conditions), or its stored `posterior`
         (the latent store) in its place; instructions[b] = sample b's language instruction; generators[b], when
-        given, draws sample b's noise."""
+        given, draws sample b's noise; `prompt_embeds`: the instructions' stored embeddings from the ModelBatch."""
         if posterior is None:
             self._check_frames(video)
         return self.extractor(
@@ -506,6 +527,7 @@ class CosmosBackboneInterface(nn.Module):
             want_video_loss=want_video_loss,
             generators=generators,
             posterior=posterior,
+            prompt_embeds=prompt_embeds,
         )
 
 

@@ -75,13 +75,15 @@ class ModelBatch:
     mask: torch.Tensor | None  # (B, chunk, action_dim) bool; None when predicting
     state: torch.Tensor | None  # (B, 1, state_dim) in the head's dtype; None when the examples or the head have none
     posterior: ClipPosterior | None = None  # the clips' stored VAE posterior, in place of video (the latent store)
+    prompt_embeds: torch.Tensor | None = None  # (B, L, D) the instructions' stored embeddings (the prompt store)
 
 
 def model_batch(examples: list[dict], device: torch.device, dtype: torch.dtype, *, targets: bool, state: bool,
-                current_frame_only: bool = False) -> ModelBatch:
+                current_frame_only: bool = False, stored_prompts: list[torch.Tensor] | None = None) -> ModelBatch:
     """The examples' frames (or their stored VAE posterior, `latents`) and instructions, action chunks and masks
     (`targets`) and states (`state`) as one ModelBatch on `device`; `current_frame_only` keeps each example's first
-    frame (what conditions a prediction)."""
+    frame (what conditions a prediction); `stored_prompts`: the instructions' embeddings from the prompt store, on
+    the host (CosmosFeatureExtractor.stored_prompts), which travel with the rest."""
     device = torch.device(device)
     stored = "latents" in examples[0]
     return ModelBatch(
@@ -91,6 +93,7 @@ def model_batch(examples: list[dict], device: torch.device, dtype: torch.dtype, 
         actions=_stack_examples(examples, "action", device, dtype) if targets else None,
         mask=_stack_examples(examples, "action_mask", device, torch.bool) if targets else None,
         state=_stack_examples(examples, "state", device, dtype) if state else None,
+        prompt_embeds=stack_to_device(stored_prompts, device) if stored_prompts is not None else None,
     )
 
 

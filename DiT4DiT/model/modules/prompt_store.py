@@ -18,7 +18,6 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from DiT4DiT.model.modules.host_to_device import stack_to_device
 from DiT4DiT.model.modules.node_store import SAFETENSORS_DTYPES, NodeStore, Ranks, StoreError, snapshot_identity, tensor_sha256
 from DiT4DiT.base_model.safetensors_header import read_header
 
@@ -126,6 +125,3 @@ class PromptStore(NodeStore[str, _Located]):
             self._verified.add(instruction)
         return torch.from_numpy(mapped).view(self.dtype).view(located.shape)
 
-    def lookup(self, instructions: list[str], device: torch.device) -> torch.Tensor:
-        """(B, max_sequence_length, D) on `device`: stacked from the mappings into pinned memory, copied once."""
-        return stack_to_device([self.embedding(p) for p in instructions], device)

@@ -7,12 +7,14 @@ under the modules the caller names (what the run's config says it left out) may 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from DiT4DiT.errors import DiT4DiTError
+from DiT4DiT.facts import is_under
 
 
 class CheckpointMismatchError(DiT4DiTError, ValueError):
@@ -25,9 +27,10 @@ def load_trained_weights(
     model: nn.Module,
     state_dict: dict[str, torch.Tensor],
     source: str | Path,
-    may_be_missing: tuple[str, ...],
+    may_be_missing: Sequence[str],
 ) -> None:
-    """Strict about what the file holds; keys under the `may_be_missing` prefixes keep the model's values."""
+    """Strict about what the file holds; keys under the `may_be_missing` module paths (facts.is_under) keep the
+    model's values."""
     expected = model.state_dict()
     unexpected = [k for k in state_dict if k not in expected]
     if unexpected:
@@ -42,7 +45,7 @@ def load_trained_weights(
     ]
     if wrong_shape:
         raise CheckpointMismatchError(f"{source}: shapes differ from the model's: {wrong_shape[:3]}")
-    missing = [k for k in expected if k not in state_dict and not k.startswith(may_be_missing)]
+    missing = [k for k in expected if k not in state_dict and not is_under(k, may_be_missing)]
     if missing:
         raise CheckpointMismatchError(
             f"{source}: {len(missing)} trained weights are missing, e.g. {missing[:3]}; only frozen modules "

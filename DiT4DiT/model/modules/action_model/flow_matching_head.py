@@ -239,8 +239,8 @@ def build_action_head(action_cfg: FrameworkActionModelSection, feature_dim: int,
         dropout=dit_cfg.dropout,
         final_dropout=dit_cfg.final_dropout,
         interleave_self_attention=dit_cfg.interleave_self_attention,
+        gradient_checkpointing=gradient_checkpointing,
     )
-    dit.gradient_checkpointing = gradient_checkpointing
     return FlowmatchingActionHead(
         action_dim=action_cfg.action_dim,
         state_dim=action_cfg.state_dim,
@@ -344,12 +344,13 @@ class DiT(nn.Module):
         upcast_attention: bool = False,
         norm_elementwise_affine: bool = False,
         norm_eps: float = 1e-5,
+        gradient_checkpointing: bool = False,
     ):
         super().__init__()
         self.inner_dim = num_attention_heads * attention_head_dim
         self.interleave_self_attention = interleave_self_attention
         # trainer.enable_gradient_checkpointing: each block is recomputed in the backward pass.
-        self.gradient_checkpointing = False
+        self.gradient_checkpointing = gradient_checkpointing
         self.timestep_encoder = TimestepEncoder(self.inner_dim)
         self.transformer_blocks = nn.ModuleList(
             BasicTransformerBlock(
