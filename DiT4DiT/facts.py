@@ -64,6 +64,11 @@ def latent_frame_count(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACT
     return (num_frames - 1) // temporal_factor + 1
 
 
+def vae_clip_frames(num_frames: int, temporal_factor: int = VAE_TEMPORAL_FACTOR) -> int:
+    """The frames of a clip the VAE encodes: frame 0 and the whole groups of temporal_factor after it."""
+    return 1 + temporal_factor * ((num_frames - 1) // temporal_factor)
+
+
 AUTO = "auto"  # trainer.gradient_checkpointing_blocks: the fewest the memory plan needs on the device in use
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from full_size_rehearsal import (FULL_SNAPSHOT, ROBOTWIN, round_line, run_original_check, run_phase,  # noqa: E402
+from full_size_rehearsal import (CONFIGS, FULL_SNAPSHOT, round_line, run_original_check, run_phase,  # noqa: E402
                                  training_overrides, wait_for_memory)
 
 SIDES = ("ours", "ours (store)", "original")
@@ -39,8 +39,9 @@ def rounds(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: d
     step_timing = str(REPO / "bench" / "step_timing.py")
     folder = work / "prepared"
     wait_for_memory(args.min_available_gib, "prepare")
-    prepared = run_phase("prepare", [sys.executable, step_timing, "prepare", "--config_yaml", ROBOTWIN, "--out",
-                                     str(folder), *training_overrides(snapshot, data, work), *keys],
+    prepared = run_phase("prepare", [sys.executable, step_timing, "prepare", "--config_yaml", CONFIGS["robotwin"],
+                                     "--out", str(folder), *training_overrides("robotwin", snapshot, data, work),
+                                     *keys],
                          work / "prepare.log", env)
     if prepared["exit"] != 0:
         raise SystemExit(f"preparing the batch failed; see {prepared['log']}")

@@ -92,3 +92,19 @@ def test_the_step_counts_what_each_config_runs(real_sizes):
     # frozen blocks still pass the gradient back to the patch embedding: the backward is 1x, not 2x
     assert frozen_blocks.parts["transformer video pass"] == pytest.approx(
         robotwin.parts["transformer video pass"] * 2 / 3)
+
+
+def test_the_vae_encodes_each_clip_once_and_not_at_all_from_the_latent_store(real_sizes):
+    """robotwin's 8 frames of 3 views side by side: one call on frames 0-4 (the Wan VAE is causal, so the clip's
+    first latent frame is the conditioning frame's posterior); a trained VAE also encodes the conditioning frame
+    with grad (its forward and backward); action mode encodes that frame alone; the latent store, nothing."""
+    vae = snapshot_configs(real_sizes)[1]
+
+    def encode(frames: int) -> int:
+        return vae_encode_flops(vae, 1, frames, 224, 3 * 224)
+
+    assert step(real_sizes, "robotwin").parts["VAE encode"] == encode(5)
+    trained = step(real_sizes, "robotwin", "trainer.freeze_modules=backbone_interface.extractor.text_encoder")
+    assert trained.parts["VAE encode"] == 3 * encode(1) + encode(5)
+    assert step(real_sizes, "robotwin", "framework.cosmos25.training=action").parts["VAE encode"] == encode(1)
+    assert "VAE encode" not in step(real_sizes, "robotwin", "framework.cosmos25.latent_cache=true").parts

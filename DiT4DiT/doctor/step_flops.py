@@ -4,24 +4,26 @@ and what the doctor's time plan multiplies out (seconds per step, hours for trai
 
 Model FLOPs, 2 per multiply-add of every matmul and convolution, as the step runs them: the feature pass (forward
 through block extract_layer, no grad), the video loss's transformer pass (forward; backward 2x the forward where the
-blocks train, 1x where they are frozen but the gradient passes through them to what trains before them), the VAE
-encoding the conditioning frame and the clip, the action head's forward and backward for each of
-trainer.repeated_diffusion_steps copies, and the text encoder where it runs every step (trained, or the prompt store
-off). Not counted: norms, activations and optimizer arithmetic (a fraction of a percent here), the recomputation of
-checkpointed blocks (hardware FLOPs, not model FLOPs: MFU leaves it out), and a pixel loss's VAE decode. torch's
-FlopCounterMode is no substitute on an NPU: it has no formula for torch_npu's `matmul_backward`, so it misses the
-backward of bias-free linear layers and reads about half (ASCEND_NOTES §12).
+blocks train, 1x where they are frozen but the gradient passes through them to what trains before them), the VAE's
+one call on the clip (clip_encoding.py; on the conditioning frame alone in action mode; none with the latent store)
+and, where the VAE trains, the conditioning frame's encoding with grad, the action head's forward and backward for
+each of trainer.repeated_diffusion_steps copies, and the text encoder where it runs every step (trained, or the
+prompt store off). Not counted: norms, activations and optimizer arithmetic (a fraction of a percent here), the
+recomputation of checkpointed blocks (hardware FLOPs, not model FLOPs: MFU leaves it out), and a pixel loss's VAE
+decode. torch's FlopCounterMode is no substitute on an NPU: it has no formula for torch_npu's `matmul_backward`, so
+it misses the backward of bias-free linear layers and reads about half (ASCEND_NOTES §12).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkActionModelSection, FrameworkSection, TrainerSection
-from DiT4DiT.facts import SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, latent_frame_count
+from DiT4DiT.facts import SAMPLED_LOSS_TYPES, VAE_SPATIAL_FACTOR, latent_frame_count, vae_clip_frames
 from DiT4DiT.memory.estimate import PARTS, head_size, is_frozen, text_encoder_widths
 
 # bf16 dense peak TFLOPS per device (one GPU, one NPU die), matched in order against the device name.
@@ -172,13 +174,13 @@ def training_step_flops(transformer: Mapping, vae: Mapping, text_encoder: Mappin
         parts["transformer video pass"] = (1 + backward) * forward
         if trainer.enable_gradient_checkpointing and backward:
             recomputed += forward
-    # The conditioning frame (with grad when the VAE trains), and the clip the video loss's targets come from (no
-    # grad; its frames past the last complete group of 4 skipped, at least 5).
-    parts["VAE encode"] = (3 if vae_trains else 1) * vae_encode_flops(vae, batch, 1, data.image_size,
-                                                                      data.image_size * views)
-    if cosmos.training != "action":
-        clip = max(1 + 4 * ((frames - 1) // 4), 5)
-        parts["VAE encode"] += vae_encode_flops(vae, batch, clip, data.image_size, data.image_size * views)
+    # One call on the clip (the video loss's targets and the conditioning frame's posterior; the Wan VAE is causal);
+    # a trained VAE gets its gradient through the conditioning frame, encoded again on its own with grad.
+    if not cosmos.latent_cache:
+        clip = 1 if cosmos.training == "action" else vae_clip_frames(frames)
+        encode = functools.partial(vae_encode_flops, vae, batch, height=data.image_size,
+                                   width=data.image_size * views)
+        parts["VAE encode"] = 3 * encode(1) + (encode(clip) if clip > 1 else 0) if vae_trains else encode(clip)
     head_frozen = is_frozen("action_model", freeze)
     if cosmos.training != "video":
         head = action_head_forward_flops(framework.action_model, batch, shape["latent_frames"]

@@ -26,7 +26,7 @@ from DiT4DiT.dataloader.modality import mixture_configs
 from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
-from DiT4DiT.facts import (DTYPE_BYTES, VAE_SPATIAL_FACTOR, VAE_TEMPORAL_FACTOR, latent_frame_count)
+from DiT4DiT.facts import DTYPE_BYTES, VAE_SPATIAL_FACTOR, latent_frame_count, vae_clip_frames
 
 
 def unique_instructions(vla: DatasetsVlaDataSection) -> tuple[int, int]:
@@ -86,7 +86,7 @@ def latent_store_estimate(cosmos: FrameworkCosmos25Section, vla: DatasetsVlaData
                   + ROW_METADATA_BYTES)
     steps, episodes, datasets = mixture_steps(vla)
     encoded_frames = (views if as_frames else 1) * frames if cosmos.training != "action" else 1
-    used = 1 + VAE_TEMPORAL_FACTOR * ((encoded_frames - 1) // VAE_TEMPORAL_FACTOR)
+    used = vae_clip_frames(encoded_frames)
     pixels = vla.image_size * vla.image_size * (1 if as_frames else views)
     scale = (int(vae.get("base_dim", VAE_ENCODE_FLOPS["base_dim"])) / VAE_ENCODE_FLOPS["base_dim"]) ** 2
     clip_flops = pixels * scale * (VAE_ENCODE_FLOPS["first_frame_per_pixel"]

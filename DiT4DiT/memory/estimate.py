@@ -12,10 +12,10 @@ frozen text encoder is released once the prompt store holds every instruction, s
 
 A config that trains the text encoder or the VAE (the original's LIBERO, RoboCasa-GR1 and G1 configs train
 everything) adds their graphs, held from the forward's start to the backward: the text encoder runs with grad every
-step (the prompt store cannot hold a trained encoder's output), and `clip_posterior` encodes the conditioning frame
-with grad. Both are scaled from the snapshot's own config.json widths (a thin encoder's MLP is its own), and the
-video pass then keeps its graph through the blocks whatever the transformer trains: the gradient reaches those
-inputs only through it.
+step (the prompt store cannot hold a trained encoder's output), and `clip_encoding.encode_clip` encodes the
+conditioning frame with grad. Both are scaled from the snapshot's own config.json widths (a thin encoder's MLP
+is its own), and the video pass then keeps its graph through the blocks whatever the transformer trains: the
+gradient reaches those inputs only through it.
 
 Activations come from MEASURED: bytes that autograd saves for backward (and peaks of the no-grad passes), counted
 on the CPU with real components at the real width by `python -m DiT4DiT.tools.measure_activation_memory`, which

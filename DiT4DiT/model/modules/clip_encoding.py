@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from DiT4DiT.facts import latent_frame_count
+from DiT4DiT.facts import latent_frame_count, vae_clip_frames
 
 
 @dataclass
@@ -29,10 +29,7 @@ def vae_frames(video: torch.Tensor, temporal_factor: int, with_future: bool) -> 
     """The frames the VAE encodes, (B, 3, T', H, W) in [-1, 1], of a (B, T, 3, H, W) clip in [0, 1]: the
     conditioning frame alone, or (`with_future`, at least 1 + temporal_factor frames) the clip up to its last whole
     group of `temporal_factor` frames (the VAE ignores the frames after it)."""
-    frames = video.shape[1]
-    used = 1
-    if with_future and frames > temporal_factor:
-        used = 1 + temporal_factor * ((frames - 1) // temporal_factor)
+    used = vae_clip_frames(video.shape[1], temporal_factor) if with_future else 1
     # contiguous: the VAE's convolutions then see the layout (and give the numbers) a stacked clip gives
     return (video[:, :used].transpose(1, 2) * 2.0 - 1.0).contiguous()
 
