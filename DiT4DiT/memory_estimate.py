@@ -12,7 +12,7 @@ frozen text encoder is released once the prompt store holds every instruction, s
 
 A config that trains the text encoder or the VAE (the original's LIBERO, RoboCasa-GR1 and G1 configs train
 everything) adds their graphs, held from the forward's start to the backward: the text encoder runs with grad every
-step (the prompt store cannot hold a trained encoder's output), and `encode_condition` encodes the conditioning frame
+step (the prompt store cannot hold a trained encoder's output), and `clip_posterior` encodes the conditioning frame
 with grad. Both are scaled from the snapshot's own config.json widths (a thin encoder's MLP is its own), and the
 video pass then keeps its graph through the blocks whatever the transformer trains: the gradient reaches those
 inputs only through it.
@@ -84,7 +84,7 @@ MEASURED = {
     "text_encoder_checkpointed_outside": {"per_token": 28684.0, "per_head_per_token_squared_cpu": 0.0,
                                           "per_sample": 0.0, "per_pass": 0},
     # Trained VAE: what autograd keeps per pixel (views side by side) of encoding a sample's conditioning frame (the
-    # posterior sampled, as encode_condition does) and a 5-frame clip; the larger of 224 x 224 and 224 x 448.
+    # posterior sampled, as the backbone does) and a 5-frame clip; the larger of 224 x 224 and 224 x 448.
     "vae_encode_saved_per_pixel": {"condition_frame": 10396.5, "video_5_frames": 39671.3},
 }
 # NPU only: torch_npu's fused RoPE, which our attention processor calls with q and k cast to float32, saves that

@@ -35,7 +35,7 @@ class StageClock:
         extractor = model.backbone_interface.extractor
         self._wrap(model, "_model_batch", "preprocess")
         self._wrap(extractor, "prompt_embeddings", "prompt")
-        self._wrap(extractor, "encode_condition", "vae_encode")
+        self._wrap(extractor, "clip_posterior", "vae_encode")
         self._wrap(extractor, "forward", "backbone")
         self._wrap(model.action_model, "predict_action", "action_sampling")
 

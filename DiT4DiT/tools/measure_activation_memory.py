@@ -19,7 +19,7 @@ Real components with random weights in bf16, run under bf16 autocast as training
   config with 1 and 2 layers, random bf16 weights, through `embed_token_ids` as the backbone calls it), per token per
   layer, fitted over two MLP widths so that a thin encoder's figure follows its own width; plain and with its layers
   checkpointed. And the VAE encode with grad (what autograd keeps of it), per pixel, for the conditioning frame
-  (what `encode_condition` runs) and a 5-frame clip.
+  (what `clip_posterior` runs with grad) and a 5-frame clip.
 
 Two counters, both independent of any allocator:
 - saved for backward: torch.autograd.graph.saved_tensors_hooks sees every tensor autograd keeps; each storage
@@ -285,7 +285,7 @@ def vae_encode_peak() -> tuple[int, dict[str, float]]:
 
 def vae_encode_saved() -> tuple[int, dict[str, float]]:
     """(the VAE's base width, bytes autograd keeps per pixel (of one frame, all views side by side) when the Wan2.1
-    VAE encodes, with its weights trained, a sample's conditioning frame (as encode_condition does: the posterior
+    VAE encodes, with its weights trained, a sample's conditioning frame (as the backbone does: the posterior
     sampled) and a 5-frame clip); the larger of two widths."""
     vae = wan_vae()
     figures = {}
