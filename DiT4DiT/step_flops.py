@@ -5,12 +5,13 @@ and what the doctor's time plan multiplies out (seconds per step, hours for trai
 Model FLOPs, 2 per multiply-add of every matmul and convolution, as the step runs them: the feature pass (forward
 through block extract_layer, no grad), the video loss's transformer pass (forward; backward 2x the forward where the
 blocks train, 1x where they are frozen but the gradient passes through them to what trains before them), the VAE
-encoding the conditioning frame and the clip, the action head's forward and backward for each of
-trainer.repeated_diffusion_steps copies, and the text encoder where it runs every step (trained, or the prompt store
-off). Not counted: norms, activations and optimizer arithmetic (a fraction of a percent here), the recomputation of
-checkpointed blocks (hardware FLOPs, not model FLOPs: MFU leaves it out), and a pixel loss's VAE decode. torch's
-FlopCounterMode is no substitute on an NPU: it has no formula for torch_npu's `matmul_backward`, so it misses the
-backward of bias-free linear layers and reads about half (ASCEND_NOTES §12).
+encoding the clip (and the conditioning frame on its own where the VAE trains; nothing with the latent store), the
+action head's forward and backward for each of trainer.repeated_diffusion_steps copies, and the text encoder where it
+runs every step (trained, or the prompt store off). Not counted: norms, activations and optimizer arithmetic (a
+fraction of a percent here), the recomputation of checkpointed blocks (hardware FLOPs, not model FLOPs: MFU leaves it
+out), and a pixel loss's VAE decode. torch's FlopCounterMode is no substitute on an NPU: it has no formula for
+torch_npu's `matmul_backward`, so it misses the backward of bias-free linear layers and reads about half
+(ASCEND_NOTES §12).
 """
 
 from __future__ import annotations
@@ -172,13 +173,18 @@ def training_step_flops(transformer: Mapping, vae: Mapping, text_encoder: Mappin
         parts["transformer video pass"] = (1 + backward) * forward
         if trainer.enable_gradient_checkpointing and backward:
             recomputed += forward
-    # The conditioning frame (with grad when the VAE trains), and the clip the video loss's targets come from (no
-    # grad; its frames past the last complete group of 4 skipped, at least 5).
-    parts["VAE encode"] = (3 if vae_trains else 1) * vae_encode_flops(vae, batch, 1, data.image_size,
-                                                                      data.image_size * views)
-    if cosmos.training != "action":
-        clip = max(1 + 4 * ((frames - 1) // 4), 5)
-        parts["VAE encode"] += vae_encode_flops(vae, batch, clip, data.image_size, data.image_size * views)
+    # clip_encoding.encode_clip: one encode of the clip the video loss's targets come from (no grad; its frames past
+    # the last complete group of 4 skipped, at least 5), whose first latent frame is the conditioning frame's; a
+    # trained VAE encodes that frame again on its own, with grad. Without a video loss, that frame alone; with the
+    # latent store (framework.cosmos25.latent_cache), no VAE runs in the step.
+    parts["VAE encode"] = 0.0
+    if not cosmos.latent_cache:
+        if vae_trains or cosmos.training == "action":
+            parts["VAE encode"] += (3 if vae_trains else 1) * vae_encode_flops(vae, batch, 1, data.image_size,
+                                                                               data.image_size * views)
+        if cosmos.training != "action":
+            clip = max(1 + 4 * ((frames - 1) // 4), 5)
+            parts["VAE encode"] += vae_encode_flops(vae, batch, clip, data.image_size, data.image_size * views)
     head_frozen = is_frozen("action_model", freeze)
     if cosmos.training != "video":
         head = action_head_forward_flops(framework.action_model, batch, shape["latent_frames"]

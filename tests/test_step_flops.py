@@ -92,3 +92,15 @@ def test_the_step_counts_what_each_config_runs(real_sizes):
     # frozen blocks still pass the gradient back to the patch embedding: the backward is 1x, not 2x
     assert frozen_blocks.parts["transformer video pass"] == pytest.approx(
         robotwin.parts["transformer video pass"] * 2 / 3)
+
+
+def test_the_vae_encodes_the_clip_once_and_a_trained_vae_its_conditioning_frame_again(real_sizes):
+    """clip_encoding.encode_clip: a frozen VAE encodes the clip once (its first latent frame is the conditioning
+    frame's); a trained one also encodes that frame on its own, forward and backward; the latent store runs none."""
+    vae = snapshot_configs(real_sizes)[1]
+    clip = vae_encode_flops(vae, 1, 5, 224, 3 * 224)  # robotwin: 3 views side by side, its 8 frames' first 5
+    frame = vae_encode_flops(vae, 1, 1, 224, 3 * 224)
+    assert step(real_sizes, "robotwin").parts["VAE encode"] == clip
+    trained = step(real_sizes, "robotwin", "trainer.freeze_modules=backbone_interface.extractor.text_encoder")
+    assert trained.parts["VAE encode"] == clip + 3 * frame
+    assert step(real_sizes, "robotwin", "framework.cosmos25.latent_cache=true").parts["VAE encode"] == 0
