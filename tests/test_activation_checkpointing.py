@@ -128,7 +128,7 @@ def test_the_text_encoders_layers_checkpointed_give_the_same_losses_and_gradient
     recomputing = set_up_model(build_framework(recomputing_cfg), section(recomputing_cfg.trainer, TrainerSection),
                                None, False)
     recomputing.load_state_dict(plain.state_dict())
-    plain.train(), recomputing.train()
+    # as the trainer leaves them: the text encoder in the eval mode from_pretrained gives it, unless checkpointed
     text_encoder = recomputing.backbone_interface.extractor.text_encoder
     assert text_encoder.is_gradient_checkpointing
     layer_calls = forward_calls(text_encoder.model.language_model.layers[-1])

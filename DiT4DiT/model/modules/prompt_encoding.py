@@ -65,5 +65,8 @@ def embed_token_ids(text_encoder, input_ids: torch.Tensor) -> torch.Tensor:
 
 def checkpoint_text_encoder_layers(text_encoder) -> None:
     """trainer.text_encoder_gradient_checkpointing: the text encoder's layers recompute their forward in the
-    backward (transformers' own switch, non-reentrant as ours), and embed_token_ids recomputes the normalisation."""
+    backward (transformers' own switch, non-reentrant as ours), and embed_token_ids recomputes the normalisation.
+    transformers checkpoints only a module in training mode, and from_pretrained leaves it in eval mode (the
+    full-size libero rehearsal kept every layer's graph): train mode, which changes nothing else (its dropouts are 0)."""
     text_encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    text_encoder.train()
