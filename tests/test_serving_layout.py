@@ -101,12 +101,13 @@ def _training_sample(run: Path, index: int = 3):
 
 
 class ExtractorInputs:
-    """The frames the Cosmos feature extractor receives (conditioning frame, future frames), call by call."""
+    """The frames the Cosmos feature extractor receives (conditioning frame, future frames), call by call: it takes
+    the (B, T, 3, H, W) clip, frame 0 conditioning."""
 
     def __init__(self, model):
         self.calls = []
         self.handle = model.backbone_interface.extractor.register_forward_pre_hook(
-            lambda module, args: self.calls.append((args[1].clone(), None if args[2] is None else args[2].clone())))
+            lambda module, args: self.calls.append((args[1][:, 0].clone(), args[1][:, 1:].clone())))
 
     def __enter__(self):
         return self
