@@ -352,6 +352,8 @@ def rehearse(args, name: str, work: Path, keys: list[str], env: dict, train_env:
         rows.append(serve_once(final, logs / "serve.log"))
     for row in rows:
         row["config"] = name
+    if not args.keep:
+        drop_weights(work, name)
     if uninterrupted:
         print(f"{name}: losses (uninterrupted): {uninterrupted}")
     for log, marker in (("doctor.log", "device_memory"), ("preflight.log", "memory:")):
@@ -385,6 +387,16 @@ def print_table(rows: list[dict], snapshot: Path, work: Path) -> None:
           f"(one embedding: {cosmos_2b.prompt_embedding_bytes() / 2**20:.0f} MiB)")
 
 
+def drop_weights(work: Path, name: str) -> None:
+    """Config `name`'s checkpoints and final weights, once its phases are done: they are the rehearsal's means, not
+    its result (its logs and metrics stay), and four configs' weights with their AdamW states fill a disk (15 GB at
+    the test size's full-width action head)."""
+    for run in (work / "runs").glob(f"rehearsal_{name}*"):
+        for weights in ("checkpoints", "final_model"):
+            shutil.rmtree(run / weights, ignore_errors=True)
+    shutil.rmtree(work / "aside" / name, ignore_errors=True)
+
+
 def config_names(values: list[str]) -> list[str]:
     """--config_yaml values (names of CONFIGS or their paths, comma-separated or repeated) as config names."""
     by_path = {(REPO / path).resolve(): name for name, path in CONFIGS.items()}
@@ -407,7 +419,9 @@ def main() -> None:
     parser.add_argument("--min_available_gib", type=float, default=16.0,
                         help="MemAvailable a heavy phase waits for (default 16; a training phase: at least its "
                              f"estimate + {PHASE_OVERHEAD_GIB:g} GiB)")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work folder and every run's weights (by default a config's checkpoints and "
+                             "final model go once its phases are done)")
     parser.add_argument("--smoke", action="store_true",
                         help="check this script in minutes: a test-size snapshot (python -m DiT4DiT.tools.full_size_cosmos "
                              "--size test) instead of the full one")

@@ -91,3 +91,8 @@ def test_smoke_rehearses_every_shipped_config(tmp_path):
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| ") and "| train |" in line]
     assert [row[0].strip() for row in rows] == ["robotwin", "libero", "robocasa_gr1", "g1"]
     assert all(row[2].strip() == "0" and float(row[5].split()[0]) > 0 for row in rows), rows
+    # Each config's weights go once its phases are done (four configs' would be 15 GB); its metrics stay.
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert [run.name for run in runs] == [f"rehearsal_{name}" for name in ("g1", "libero", "robocasa_gr1", "robotwin")]
+    assert all((run / "metrics.jsonl").is_file() and not (run / "checkpoints").exists()
+               and not (run / "final_model").exists() for run in runs)
