@@ -9,7 +9,8 @@ processes in turn, each loading the snapshot and timing 2 steps (forward, backwa
   ours           decodes nothing (the batch holds frames) and encodes the clip with the VAE, as without the store
   ours (store)   the same examples as the latent store serves them (framework.cosmos25.latent_cache): no VAE
   original       the original DiT4DiT from its checkout, which encodes every step (and its text prompt)
-The table holds the second step's seconds and each process's peak RSS, and each of ours over the original's.
+The tables hold the second step's wall seconds, then its CPU seconds (every thread's: the step's work, which the
+machine's other jobs and page faults change less), each process's peak RSS, and each of ours over the original's.
 Sizes: `full` is the 2B snapshot (/work/assets or --snapshot); `large` writes bench_model's --deep transformer (12
 blocks of 1024) with the real VAE and prompt width (python -m DiT4DiT.tools.full_size_cosmos --size large).
 """
@@ -64,11 +65,12 @@ def rounds(args, snapshot: Path, data: Path, work: Path, keys: list[str], env: d
     return results
 
 
-def table(results: list[dict]) -> str:
-    def figure(result: dict | None, key: str) -> float | None:
+def table(results: list[dict], key: str = "step_s", unit: str = "s/step") -> str:
+    """Per round, the second step's `key` of each side and each of ours over the original's, then the medians."""
+    def figure(result: dict | None, name: str) -> float | None:
         if not result or result["exit"] != 0 or "steps" not in result:
             return None
-        return result["steps"][-1]["step_s"] if key == "step_s" else result[key]
+        return result["steps"][-1][name] if name == key else result[name]
 
     def ratio(a, b) -> str:
         return f"{a / b:.2f}" if a is not None and b else "-"
@@ -76,12 +78,12 @@ def table(results: list[dict]) -> str:
     def cell(value) -> str:
         return "failed" if value is None else f"{value:.2f}"
 
-    lines = ["| round | ours s/step | ours (store) s/step | original s/step | ours / original | ours (store) / "
+    lines = [f"| round | ours {unit} | ours (store) {unit} | original {unit} | ours / original | ours (store) / "
              "original | peak RSS GiB ours / store / original |", "|---|---|---|---|---|---|---|"]
     columns: dict[str, list[float]] = {}
     for round_ in sorted({r["round"] for r in results}):
         by_side = {r["side"]: r for r in results if r["round"] == round_}
-        steps = [figure(by_side.get(side), "step_s") for side in SIDES]
+        steps = [figure(by_side.get(side), key) for side in SIDES]
         rss = [figure(by_side.get(side), "peak_rss_gib") for side in SIDES]
         for side, step, peak in zip(SIDES, steps, rss):
             for name, value in ((f"{side} s", step), (f"{side} rss", peak)):
@@ -134,6 +136,9 @@ def main() -> None:
     print(f"\nours with and without the latent store against the original ({args.original}), {args.size}, batch 1, "
           f"second of 2 steps, {os.cpu_count()} CPU cores, snapshot {snapshot}\n")
     print(table(results))
+    if all("cpu_s" in r["steps"][-1] for r in results if "steps" in r):
+        print("\nthe same steps in CPU seconds (every thread's: the work, whatever else the machine ran)\n")
+        print(table(results, "cpu_s", "CPU s/step"))
     for result in results:
         print(round_line(result))
     print(f"logs: {work}")

@@ -165,7 +165,9 @@ def round_line(result: dict) -> str:
         return f"round {result['round']} {result['side']}: exit {result['exit']}, see {result['log']}"
     last = result["steps"][-1]
     return (f"round {result['round']} {result['side']}: step 2 forward {last['forward_s']:.2f} s, backward "
-            f"{last['backward_s']:.2f} s, AdamW {last['optimizer_s']:.2f} s; losses "
+            f"{last['backward_s']:.2f} s, AdamW {last['optimizer_s']:.2f} s"
+            + (f" ({last['cpu_s']:.1f} CPU s, {last['major_faults']} major faults)" if "cpu_s" in last else "")
+            + "; losses "
             + ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("loss"))
             + f"; {result['trainable_parameters']:,} trained parameters in {result['trainable_tensors']} "
               f"tensors (names {result['trainable_names_sha256'][:12]})")

@@ -73,7 +73,7 @@ def test_ours_and_the_original_train_the_same_parameters_on_one_batch_and_the_ta
         for step in side["steps"]:
             losses = [step[k] for k in ("action_loss", "future_video_loss", "total_loss")]
             assert all(math.isfinite(v) and v > 0 for v in losses), side
-            assert step["step_s"] > 0
+            assert step["step_s"] > 0 and step["cpu_s"] > 0 and step["major_faults"] >= 0
         assert side["peak_rss_gib"] >= side["rss_before_steps_gib"] > 0.1
     # Where the two must agree numerically: the action head, from the same weights, features, state and seed,
     # samples the same actions (float32; measured 6.4e-7 apart at the test size).
