@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -22,9 +21,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from DiT4DiT.atomic_files import replace_folder
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.errors import UsageError
+from DiT4DiT.host.output_paths import write_marked_folder
 
 log = logging.getLogger(__name__)
 
@@ -273,16 +272,16 @@ def stats(content: list[Episode]) -> dict:
 
 
 def write_dataset(target: Path, columns: Columns, content: list[Episode], instruction: str,
-                  storage: Storage) -> Path:
-    """The episodes as the dataset folder `target`, replacing what is there (the caller decides whether it may).
+                  storage: Storage, tool: str) -> Path:
+    """The episodes as the dataset folder `target`, replacing what is there (the caller decides whether it may:
+    check_replaceable), marked as written by `tool`, so that its --overwrite may replace it later.
 
     Built in a scratch folder beside `target` and renamed into place, so a reader never sees half a dataset."""
     height, width = next(iter(content[0].frames.values())).shape[1:3]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
-        folder = Path(scratch) / target.name
+
+    def write(folder: Path) -> None:
         meta = folder / "meta"
-        meta.mkdir(parents=True)
+        meta.mkdir()
         writer = write_v3 if storage.version == "v3.0" else write_v2
         writer(folder, columns, content, instruction, storage)
         total = sum(len(ep.state) for ep in content)
@@ -292,5 +291,5 @@ def write_dataset(target: Path, columns: Columns, content: list[Episode], instru
             (meta / "modality.json").write_text(json.dumps(modality(columns), indent=4))
         else:
             (meta / "stats.json").write_text(json.dumps(stats(content), indent=4))
-        replace_folder(folder, target)
-    return target
+
+    return write_marked_folder(target, tool, write)
