@@ -84,7 +84,7 @@ ELSEWHERE = {
 }
 
 UNTESTED = {
-    "DiT4DiT.config.validate", "DiT4DiT.dataloader.episode_clips", "DiT4DiT.launch.values",
+    "DiT4DiT.dataloader.episode_clips",
 }
 
 

@@ -37,4 +37,4 @@ def test_the_map_prints_one_line_per_module():
     rows = {line.split()[0]: line.split(maxsplit=1)[1] for line in result.stdout.splitlines()}
     assert len(rows) == len(tests_of_modules.package_modules())
     assert rows["training.trainer"] == "tests/test_trainer.py"
-    assert rows["launch.values"] == "(no direct tests yet)"
+    assert rows["launch.values"] == "tests/test_launch_values.py"
