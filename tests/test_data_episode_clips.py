@@ -139,3 +139,8 @@ def test_a_video_gone_since_the_dataset_was_read_is_named(writable_task, data_cf
         next(episode.clips())
     assert str(raised.value) == (f"{video}: video of episode {episode.episode} is missing; restore it (info.json "
                                  "video_path names it)")
+    with pytest.raises(DataError) as raised:  # the store asks for the name first; it was a FileNotFoundError
+        episode.name
+    assert str(raised.value) == (f"{video}: file of episode {episode.episode} is missing; restore it (the dataset held "
+                                 "it when it was read)")
+
