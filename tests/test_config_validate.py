@@ -63,10 +63,12 @@ def test_a_run_id_is_one_folder_inside_the_run_root(tmp_path):
     assert run_dir_of(str(tmp_path), "é" * (MAX_NAME_BYTES // 2)) == tmp_path / ("é" * (MAX_NAME_BYTES // 2))
 
 
-@pytest.mark.parametrize("run_id, reason", [("", "it names no folder of its own"), (".", "it names no folder of its own"),
-                                            ("..", "it names no folder of its own"), ("a/b", "it contains '/'"),
-                                            ("../up", "it contains '/'"), ("a\\b", "it contains '\\\\'"),
-                                            ("a\0b", "it contains '\\x00'")])
+NO_FOLDER = "it names no folder of its own"
+
+
+@pytest.mark.parametrize("run_id, reason", [("", NO_FOLDER), (".", NO_FOLDER), ("..", NO_FOLDER),
+                                            ("a/b", "it contains '/'"), ("../up", "it contains '/'"),
+                                            ("a\\b", "it contains '\\\\'"), ("a\0b", "it contains '\\x00'")])
 def test_a_run_id_that_is_no_folder_name_is_refused(tmp_path, run_id, reason):
     with refused(f"run_id {run_id!r} is not a folder name ({reason}); a run id is one path component such as "
                  "my_run_01 (choose the parent folder with --run_root_dir)"):
@@ -157,7 +159,8 @@ RULES = [  # (changes to the tiny config, the start of the error)
     ((("datasets.vla_data.image_size", 40),),
      "datasets.vla_data.image_size=40: Cosmos needs frame sides that are multiples of 16; use e.g. 32"),
     ((("datasets.vla_data.image_size", 8),), "multiples of 16; use e.g. 16"),
-    ((("datasets.vla_data.video_delta_indices", []),), "datasets.vla_data.video_delta_indices: give at least one frame offset"),
+    ((("datasets.vla_data.video_delta_indices", []),),
+     "datasets.vla_data.video_delta_indices: give at least one frame offset"),
     ((("trainer.gradient_checkpointing_blocks", "some"),),
      "trainer.gradient_checkpointing_blocks='some': give a count of blocks (e.g. 14), auto (the fewest the memory plan "
      "needs on this device) or null"),
@@ -170,7 +173,8 @@ RULES = [  # (changes to the tiny config, the start of the error)
     ((("trainer.is_resume", True), ("trainer.pretrained_checkpoint", "/w.pt")),
      "trainer.is_resume and trainer.pretrained_checkpoint are both set: resume continues this run's own training "
      "state; unset one of them"),
-    ((("trainer.resume_weights_only", True),), "trainer.resume_weights_only only applies with --trainer.is_resume true"),
+    ((("trainer.resume_weights_only", True),),
+     "trainer.resume_weights_only only applies with --trainer.is_resume true"),
     ((("trainer.is_resume", True), ("trainer.move_old_run", True)),
      "trainer.move_old_run and trainer.is_resume are both set: resume continues the run in the run dir, move_old_run "
      "starts a new one there; unset one of them"),

@@ -60,9 +60,10 @@ def test_each_steps_clip_is_the_clip_its_sample_holds(tiny_task, views):
     assert len(episodes) == 3
     clips = {(id(e.steps), e.episode): list(e.clips()) for e in episodes}
     for e in episodes:
-        assert len(clips[(id(e.steps), e.episode)]) == e.rows
+        ours = clips[(id(e.steps), e.episode)]
+        assert len(ours) == e.rows
         for step, row in first_and_last_steps(e.steps, e.episode):
-            assert torch.equal(clips[(id(e.steps), e.episode)][row], sample_clip(e.steps, step, dataset.frame_decoder, views))
+            assert torch.equal(ours[row], sample_clip(e.steps, step, dataset.frame_decoder, views))
     for index in range(0, len(dataset), 11):  # samples as the trainer draws them
         position, step = dataset.choose(index)
         part = dataset.parts[position]

@@ -23,8 +23,8 @@ def test_the_shown_keys_come_first_then_the_overridden_then_the_timeouts():
     forwarded = ["--trainer.save_interval=5", "--seed", "3", "--run_id=mine", "--trainer.logging_frequency=2",
                  "--framework.action_model.noise_s=0.9", "--datasets.vla_data.num_workers=0"]
     values = resolve(TINY, forwarded, option_names())
-    overridden = ["datasets.vla_data.num_workers", "framework.action_model.noise_s", "seed", "trainer.logging_frequency",
-                  "trainer.save_interval"]  # sorted, whatever order they were given in
+    overridden = ["datasets.vla_data.num_workers", "framework.action_model.noise_s", "seed",
+                  "trainer.logging_frequency", "trainer.save_interval"]  # sorted, whatever order they were given in
     assert list(values) == [*SHOWN, *overridden, COLLECTIVE_TIMEOUT_KEY, STALL_TIMEOUT_KEY]
     assert all(isinstance(v, Value) and v.key == key for key, v in values.items())
 

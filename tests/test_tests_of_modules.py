@@ -1,6 +1,6 @@
 """Every package module's direct tests can be found (scripts/tests_of_modules.py, docs/testing.md): in the test module
-named after it, or where its table says; the modules still without direct tests (none now) are listed, and the lists stay
-current (a module that gains a named test module leaves them)."""
+named after it, or where its table says; the modules still without direct tests (none now) are listed, and the lists
+stay current (a module that gains a named test module leaves them)."""
 
 from __future__ import annotations
 
