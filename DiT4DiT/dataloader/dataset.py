@@ -128,7 +128,11 @@ class EpisodeSteps:
         if name is None:
             files = sorted({self.layout.video_path(episode, key) for key in self.video_keys}
                            | ({self.layout.parquet_path(episode)} if self.image_keys else set()))
-            stats = [[str(f.relative_to(self.layout.root)), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+            try:
+                stats = [[str(f.relative_to(self.layout.root)), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+            except FileNotFoundError as error:  # gone since the dataset was read (a latent store fills for hours)
+                raise DataError(f"{error.filename}: file of episode {episode} is missing; restore it (the dataset "
+                                "held it when it was read)") from None
             name = json.dumps({"dataset": self.layout.name, "episode": episode, "rows": self.lengths[episode],
                                "cameras": self.camera_keys, "files": stats}, sort_keys=True)
             self._names[episode] = name
