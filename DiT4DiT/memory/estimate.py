@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -221,7 +222,7 @@ def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch
     return scale * prompts + max(scale * max(vae, feature), kept)
 
 
-def text_encoder_widths(config: dict) -> dict[str, int]:
+def text_encoder_widths(config: Mapping) -> dict[str, int]:
     """The language model's widths in a text_encoder/config.json (transformers writes them under text_config;
     older files keep them at the top level): hidden, intermediate (MLP), layers, heads."""
     text = {**config, **(config.get("text_config") or {})}
