@@ -55,7 +55,7 @@ class Normalizer:
     (-pi, pi]).
     """
 
-    def __init__(self, modes: Sequence[str], stats: Mapping[str, Sequence[float]],
+    def __init__(self, modes: Sequence[str], stats: Mapping[str, Sequence[float] | np.ndarray],
                  key_widths: Sequence[int] | None = None):
         unknown = sorted(set(modes) - set(NORMALIZATION_MODES))
         if unknown:
