@@ -155,9 +155,9 @@ class LatentStore(NodeStore["Episode | str", _Located]):
                     log.info("latent store: %d of this rank's %d episodes encoded (%s); about %.0f min left at this pace",
                              done, len(share), episode.describe(), pace * (len(share) - done) / 60)
 
-        encoded = super().fill(wanted, encode_share, ranks)
+        encoded = self.fill_missing(wanted, encode_share, ranks)
         return LatentFillReport(len(wanted), encoded, sum(e.rows for e in wanted),
-                                sum(self.locate(e).path.stat().st_size for e in wanted), self.folder)
+                                self.stored_bytes(wanted), self.folder)
 
     def posterior(self, episode: str, row: int) -> dict[str, torch.Tensor]:
         """Row `row` of the episode named `episode`: {"mean": (C, T, h, w), "std": (C, 1, h, w)}, copied out of the
