@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp_path)` on a temporary file beside `path`, then rename it to `path`."""
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> None:
+    """Call `write(tmp_path)` on a temporary file beside `path` (what it returns is ignored), then rename it to
+    `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -93,7 +93,7 @@ class EpisodeSteps:
         table = self._tables.get(episode)
         length = len(table["timestamp"])
         state = np.concatenate([table[s.column][t, s.start:s.end] for s in self.state_slices])
-        rows = t + np.arange(self.shape.action_horizon)
+        rows: np.ndarray = t + np.arange(self.shape.action_horizon)
         action = np.concatenate([_rows(table[s.column][:, s.start:s.end], rows, s.absolute)
                                  for s in self.action_slices], axis=1)
         views = self.frames(episode, self.frame_rows(t, length), decode) if frames else []
@@ -240,7 +240,8 @@ class MixtureDataset(torch.utils.data.Dataset):
         """Item `index`'s two generators, seeded by a hash of (seed, epoch, index): one picks its step, the other
         draws its image augmentation."""
         digest = hashlib.sha256(f"{self.seed}:{self.epoch}:{index}".encode()).digest()
-        return tuple(np.random.default_rng(int.from_bytes(digest[at:at + 8], "little")) for at in (0, 8))
+        step, augmentation = (np.random.default_rng(int.from_bytes(digest[at:at + 8], "little")) for at in (0, 8))
+        return step, augmentation
 
     def choose(self, index: int) -> tuple[int, int]:
         """(dataset position, step) of item `index`, from its own generator (a hash of (seed, epoch, index))."""

@@ -137,7 +137,8 @@ def modality(columns: Columns) -> dict:
 def info(columns: Columns, version: str, num_episodes: int, num_frames: int, fps: int, height: int, width: int,
          codec: str, images: bool = False) -> dict:
     if images:  # frames stored as PNG in the parquet files, as lerobot's use_videos=False writes them
-        camera = {"dtype": "image", "shape": [height, width, 3], "names": ["height", "width", "channel"]}
+        camera: dict[str, object] = {"dtype": "image", "shape": [height, width, 3],
+                                     "names": ["height", "width", "channel"]}
     else:
         camera = {
             "dtype": "video", "shape": [height, width, 3], "names": ["height", "width", "channel"],
@@ -255,9 +256,10 @@ def write_v3(folder: Path, columns: Columns, content: list[Episode], instruction
 def stats(content: list[Episode]) -> dict:
     """meta/stats.json as lerobot >= 0.4 writes it: per-episode statistics aggregated (mean weighted by frames,
     pooled std, extremes, and quantiles as the frame-weighted average of per-episode quantiles)."""
-    out = {}
+    out: dict[str, dict[str, list]] = {}
     for name in ("observation.state", "action"):
-        episodes = [(ep.state if name == "observation.state" else ep.action).astype(np.float64) for ep in content]
+        episodes: list[np.ndarray] = [(ep.state if name == "observation.state" else ep.action).astype(np.float64)
+                                      for ep in content]
         counts = np.asarray([len(v) for v in episodes], dtype=np.float64)
         weights = counts / counts.sum()
         mean = sum(w * v.mean(0) for w, v in zip(weights, episodes))
