@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.errors import UsageError
-from DiT4DiT.host.output_paths import write_marked_folder
+from DiT4DiT.atomic_files import write_marked_folder
 
 log = logging.getLogger(__name__)
 

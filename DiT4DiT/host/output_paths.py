@@ -14,18 +14,15 @@ never carries the marker, so it is never deleted.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from DiT4DiT.atomic_files import replace_folder
+from DiT4DiT.atomic_files import WRITTEN_BY, written_by
 from DiT4DiT.dataloader.layout import DATASET_MARK, is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
 RUN_MARKS = ("checkpoints", "run.lock", "metrics.jsonl", "final_model")  # with config.yaml: a training run folder
-WRITTEN_BY = ".written_by"  # in a folder a tool wrote: the tool's name, so that --overwrite replaces only its own
 
 
 class OutputError(DiT4DiTError):
@@ -103,29 +100,3 @@ def check_replaceable(folder: Path, tool: str, *, overwrite: bool, option: str =
     raise OutputError(f"{option} {folder} holds {contents(folder)} but no {WRITTEN_BY} naming {tool}: not a folder "
                       f"this tool wrote, so --overwrite will not delete it; give another {option} or delete it "
                       "yourself")
-
-
-def write_marked_folder(out: Path, tool: str, write: Callable[[Path], None]) -> Path:
-    """`write(staging)` fills a folder beside `out`, which, marked as `tool`'s, then replaces `out` (replace_folder):
-    a failure leaves `out` as it was, and a reader never sees half a folder."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write(staging)
-        mark_written_by(staging, tool)
-        replace_folder(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return out
-
-
-def mark_written_by(folder: Path, tool: str) -> None:
-    (folder / WRITTEN_BY).write_text(tool + "\n")
-
-
-def written_by(folder: Path, tool: str) -> bool:
-    try:
-        return (folder / WRITTEN_BY).read_text().strip() == tool
-    except (OSError, UnicodeDecodeError):
-        return False

@@ -25,7 +25,8 @@ from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.base_model.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
-from DiT4DiT.host.output_paths import check_out, check_replaceable, write_marked_folder
+from DiT4DiT.atomic_files import write_marked_folder
+from DiT4DiT.host.output_paths import check_out, check_replaceable
 from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
