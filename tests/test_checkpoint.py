@@ -188,3 +188,10 @@ def test_saving_and_loading_weights_cover_a_module_as_facts_is_under_does():
     with pytest.raises(CheckpointMismatchError, match="vae_extra"):
         load_trained_weights(model, {k: v for k, v in state.items() if k.startswith("vae.")}, "vae.pt",
                              may_be_missing=["vae"])
+
+
+def test_a_folder_not_named_as_a_training_state_is_one_problem(tmp_path):
+    # It raised AttributeError on the name's failed match (the trainer only passes published states' folders).
+    folder = tmp_path / "steps_x_training_state"
+    assert ckpt.trainer_state_problems(folder, {"step": 1}) == [
+        f"{folder}: not a training state's folder (steps_N_training_state)"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ import pytest
 
 from DiT4DiT.evaluation.metaworld import DATA_CONFIG, camera_pair, dataset_action, dataset_name, env_action
 from helpers.cli_runs import error_lines, free_port
+from helpers.fixtures_data import PICKNPLACE, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
@@ -466,26 +468,45 @@ def test_a_bad_collect_option_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("content", ["a foreign folder", "a file"])
-def test_collect_overwrite_replaces_only_a_dataset_or_an_empty_folder(tmp_path, content):
-    # Refused before any simulator starts, so the training environment, without Meta-World, gives the same line.
+@pytest.mark.parametrize("content", ["a recorded dataset", "a foreign folder", "a file"])
+def test_collect_overwrite_refuses_what_it_did_not_collect(tmp_path, content):
+    # --overwrite replaced any folder holding meta/info.json: pointed at a dataset recorded elsewhere (hours of
+    # robot demonstrations), it deleted it. Refused before any simulator starts, so the training environment,
+    # without Meta-World, gives the same line.
     target = tmp_path / "out" / dataset_name(TASK)
     target.parent.mkdir()
-    if content == "a file":
+    refused = (f"--out {target} holds {{}} but no .written_by naming metaworld collect: not a folder this tool wrote, "
+               "so --overwrite will not delete it; give another --out or delete it yourself")
+    if content == "a recorded dataset":
+        shutil.copytree(PICKNPLACE, target)
+        message = refused.format("a LeRobot dataset (meta/info.json)")
+    elif content == "a file":
         target.write_text("notes\n")
-        kept, message = target, f"--out {target} is a regular file; it must be a folder or a new path"
+        message = f"--out {target} is a regular file; it must be a folder or a new path"
     else:
-        kept = target / "notes.txt"
         target.mkdir()
-        kept.write_text("notes\n")
-        message = (f"--out {target} holds files but no meta/info.json: not a folder this tool wrote, so --overwrite "
-                   "will not delete it; give a new path")
+        (target / "notes.txt").write_text("notes\n")
+        message = refused.format("1 entry (notes.txt)")
+    before = snapshot(tmp_path)
     result = subprocess.run([sys.executable, "-m", "DiT4DiT.evaluation.metaworld", "collect", "--task", TASK,
                              "--episodes", "1", "--image_size", SIZE, "--out", str(tmp_path / "out"), "--overwrite"],
                             cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(error_lines(result)) == 1 and message in error_lines(result)[0], result.stderr[-2000:]
-    assert kept.read_text() == "notes\n"
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_collect_overwrite_replaces_a_dataset_it_collected(demos, tmp_path):
+    target = tmp_path / demos.name
+    shutil.copytree(demos, target)
+    (target / "stale.txt").write_text("from the first collection")
+    result = metaworld("collect", "--task", TASK, "--episodes", "1", "--out", str(tmp_path), "--image_size", SIZE,
+                       "--overwrite")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (target / "stale.txt").exists() and (target / ".written_by").read_text() == "metaworld collect\n"
+    assert json.loads((target / "meta" / "info.json").read_text())["total_episodes"] == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [demos.name]  # nothing left beside it
 
 
 @pytest.mark.slow

@@ -30,7 +30,8 @@ def recorded(lengths: list[int], seed: int = 0) -> list[Episode]:
 def test_recorded_episodes_read_back_by_path_with_their_values(tmp_path, data_cfg, version, per_file):
     episodes = recorded([9, 12, 7])
     folder = write_dataset(tmp_path / "data" / "my_demos", columns_for("libero_franka"), episodes, "press the handle",
-                           Storage(version=version, episodes_per_file=per_file, fps=20, codec=video_codec()))
+                           Storage(version=version, episodes_per_file=per_file, fps=20, codec=video_codec()),
+                           "recorder")
     assert folder == tmp_path / "data" / "my_demos"
     assert [p.name for p in folder.parent.iterdir()] == ["my_demos"]  # the scratch folder is gone
     info = json.loads((folder / "meta/info.json").read_text())
@@ -47,8 +48,8 @@ def test_recorded_episodes_read_back_by_path_with_their_values(tmp_path, data_cf
 def test_writing_again_replaces_the_dataset_whole(tmp_path, data_cfg):
     target = tmp_path / "demos"
     columns, storage = columns_for("libero_franka"), Storage(codec=video_codec())
-    write_dataset(target, columns, recorded([8, 8, 8]), "first", storage)
-    write_dataset(target, columns, recorded([10], seed=1), "second", storage)
+    write_dataset(target, columns, recorded([8, 8, 8]), "first", storage, "recorder")
+    write_dataset(target, columns, recorded([10], seed=1), "second", storage, "recorder")
     info = json.loads((target / "meta/info.json").read_text())
     assert info["total_episodes"] == 1 and info["total_frames"] == 10
     assert sorted(p.name for p in (target / "data/chunk-000").iterdir()) == ["episode_000000.parquet"]

@@ -111,8 +111,9 @@ def test_overwrite_never_deletes_a_folder_the_tool_did_not_write(tmp_path, capsy
     (snapshot / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(b"downloaded weights")
     assert tool.main(["--out", str(snapshot), "--size", "test", "--overwrite"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert f"--out {snapshot} holds files but no .written_by naming full_size_cosmos" in line
-    assert "will not delete it" in line
+    assert (f"--out {snapshot} holds 2 entries (model_index.json, transformer) but no .written_by naming "
+            "full_size_cosmos: not a folder this tool wrote, so --overwrite will not delete it; give another --out or "
+            "delete it yourself") in line  # what is there, and the fix
     assert (snapshot / "transformer" / "diffusion_pytorch_model.safetensors").read_bytes() == b"downloaded weights"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 
 import pytest
@@ -230,3 +231,13 @@ def test_the_doctor_states_the_stores_size_before_it_is_written(store_cfg, tiny_
     written = sum(path.stat().st_size for path in store.folder.iterdir())
     assert before["store_bytes"] == pytest.approx(written, rel=0.01)
     assert 0 < before["build_hours"] and before["clip_tflop"] > 0
+
+
+def test_the_store_estimate_command_runs_with_only_the_config_and_the_snapshot(tiny_pipeline_dir):
+    # The doctor's warning names `python -m DiT4DiT.doctor.store_estimate CONFIG BASE_MODEL`; it raised IndexError
+    # (it read the optional PROCESSES and DEVICE before checking they were given).
+    from DiT4DiT.doctor import store_estimate
+
+    result = call_main(store_estimate.main, [TINY_CONFIG, str(tiny_pipeline_dir)], dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["embedding_bytes"] > 0

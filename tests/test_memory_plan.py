@@ -5,10 +5,12 @@ launcher's preflight (in-process, made-up machines)."""
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import replace
 
 import pytest
 
+from DiT4DiT.errors import UsageError
 from DiT4DiT.memory import plan as memory_plan
 from DiT4DiT.memory.estimate import estimate_training_memory
 from DiT4DiT.launch import options, plan as planning
@@ -148,6 +150,17 @@ def test_fits_table_covers_every_config_and_device(real_sizes):
     assert len(rows) == 2 + 4 + 3 and all(row.count("|") == len(memory_plan.DEVICES) + 2 for row in rows)
     for row in rows[2:]:
         assert all(cell.strip().startswith(("fits as is", "fits with", "does not fit")) for cell in row.split("|")[2:-1])
+
+
+def test_fits_table_of_a_snapshot_without_safetensors_names_the_folder(real_sizes, tmp_path):
+    # .bin weights pass the snapshot's folder checks; the table then raised AttributeError on plan()'s None.
+    snapshot = tmp_path / "bin_weights"
+    shutil.copytree(real_sizes, snapshot)
+    for weights in (snapshot / "vae").glob("*.safetensors"):
+        weights.rename(weights.with_suffix(".bin"))
+    configs = {name: ROOT / path for name, path in memory_plan.ORIGINAL_CONFIGS.items()}
+    with pytest.raises(UsageError, match=f"{snapshot}: no \\*.safetensors in text_encoder, transformer, vae"):
+        memory_plan.fits_table(snapshot, configs)
 
 
 @pytest.mark.slow

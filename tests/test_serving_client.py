@@ -82,6 +82,11 @@ def test_a_reply_without_robot_units_executes_the_normalised_rows():
     assert queue.pop()[0] == pytest.approx(0.0) and queue.pop()[0] == pytest.approx(0.1)
 
 
+def test_a_reply_with_no_request_in_flight_names_the_missing_sent_call():
+    with pytest.raises(RuntimeError, match=r"no request in flight: call sent\(\)"):
+        ChunkQueue("sync").received(reply(0))
+
+
 def test_only_our_server_is_taken_for_real_time_chunking(tiny_policy):
     assert not supports_rtc({"env": "simpler_env"})  # what the original's server sends (UPSTREAM_SPEC 8.1)
     assert supports_rtc(tiny_policy.metadata())

@@ -1,7 +1,7 @@
 """A tool's --out is a file (or folder) the tool creates or replaces, nothing else: a device node, a FIFO, the
-wrong kind of entry, a folder the tool did not write (with --overwrite) and a path inside a dataset or a run
-folder it does not own are refused in one line (exit 2), and what was there is left as it was (the rule:
-host/output_paths.py).
+wrong kind of entry, a folder the tool did not write (with --overwrite: no .written_by naming it, a recorded
+LeRobot dataset included) and a path inside a dataset or a run folder it does not own are refused in one line
+(exit 2), and what was there is left as it was (the rule: host/output_paths.py).
 
 Device nodes are made by the test under its temporary folder (as root; skipped where mknod is not permitted).
 """
@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 
 from DiT4DiT.evaluation import open_loop
-from DiT4DiT.tools import export_checkpoint, modality, tiny_cosmos, tiny_dataset, tiny_robotwin
+from DiT4DiT.dataloader.layout import is_dataset
+from DiT4DiT.tools import (export_checkpoint, full_size_cosmos, modality, tiny_cosmos, tiny_dataset,
+                           tiny_robotwin)
+from helpers.fixtures_data import PICKNPLACE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +116,7 @@ ROWS = [
     Out("tiny_cosmos to a file", tiny_cosmos.main, ("--out", "{out}", "--overwrite"), regular_file,
         ("file is a regular file", "must be a folder")),
     Out("tiny_cosmos over a folder it did not write", tiny_cosmos.main, ("--out", "{out}", "--overwrite"), foreign_folder,
-        ("holds files but no .written_by naming tiny_cosmos", "will not delete it")),
+        ("holds 1 entry (thesis.tex) but no .written_by naming tiny_cosmos", "will not delete it")),
     Out("tiny_cosmos into a dataset", tiny_cosmos.main, ("--out", "{out}"), in_dataset_folder,
         ("lies inside the LeRobot dataset",)),
     Out("tiny_dataset to a device node", tiny_dataset.main, ("--data_config", "robotwin", "--out", "{out}", "--overwrite"),
@@ -122,7 +125,7 @@ ROWS = [
         ("pipe is a FIFO",)),
     Out("tiny_dataset over a folder it did not write", tiny_dataset.main,
         ("--data_config", "robotwin", "--out", "{out}", "--overwrite"), foreign_folder,
-        ("holds files but no meta/info.json", "will not delete it")),
+        ("holds 1 entry (thesis.tex) but no .written_by naming tiny_dataset", "will not delete it")),
     Out("tiny_dataset into a dataset", tiny_dataset.main, ("--data_mix", "robotwin", "--out", "{out}"), in_dataset_folder,
         ("lies inside the LeRobot dataset",)),
     Out("tiny_robotwin to a file", tiny_robotwin.main, ("--out", "{out}"), regular_file,
@@ -168,6 +171,55 @@ def test_a_new_path_and_a_regular_file_are_written(tiny_robotwin_root, tmp_path,
     for out in (tmp_path / "new.json", regular_file(tmp_path)):
         assert modality.main([str(tmp_path / "dataset"), "--data_config", "robotwin", "--out", str(out)]) == 0
         assert out.read_text().startswith("{")
+
+
+# Each tool that writes a folder, with --overwrite onto "{out}" (tiny_robotwin: the task folder {name} under
+# {parent}), the name its .written_by marker holds, and its refusal of a dataset at "{out}": the dataset tools
+# find no marker; the pipeline tools do not write into a dataset at all.
+NO_MARKER = "--out {out} holds a LeRobot dataset (meta/info.json) but no .written_by naming {marker}: not a folder " \
+            "this tool wrote, so --overwrite will not delete it; give another --out or delete it yourself"
+IN_DATASET = "--out {out} lies inside the LeRobot dataset {out} (meta/info.json there)"
+OVERWRITERS = {
+    "tiny_dataset": (tiny_dataset.main, ("--data_config", "robotwin", "--out", "{out}", "--episodes", "1",
+                                         "--min-frames", "4", "--max-frames", "4"), "tiny_dataset", NO_MARKER),
+    "tiny_robotwin": (tiny_robotwin.main, ("--out", "{parent}", "--tasks", "{name}", "--episodes", "1",
+                                           "--min-frames", "4", "--max-frames", "4"), "tiny_dataset", NO_MARKER),
+    "full_size_cosmos": (full_size_cosmos.main, ("--out", "{out}", "--size", "test"), "full_size_cosmos", IN_DATASET),
+    "tiny_cosmos": (tiny_cosmos.main, ("--out", "{out}"), "tiny_cosmos", IN_DATASET),
+}
+
+
+def overwrite(tool: str, out: Path, *extra: str) -> int:
+    main, args, _, _ = OVERWRITERS[tool]
+    fill = {"{out}": str(out), "{parent}": str(out.parent), "{name}": out.name}
+    return main([fill.get(arg, arg) for arg in args] + ["--overwrite", *extra])
+
+
+@pytest.mark.parametrize("tool", OVERWRITERS)
+def test_overwrite_leaves_a_recorded_dataset_byte_identical(tool, tmp_path, capsys):
+    # The dataset tools replaced any folder holding meta/info.json: --overwrite pointed at a user's recorded
+    # demonstrations deleted them. Nothing marks a folder recorded elsewhere as the tool's, so it is refused.
+    out = tmp_path / "data" / "my_demos"
+    shutil.copytree(PICKNPLACE, out)
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert overwrite(tool, out) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    _, _, marker, refusal = OVERWRITERS[tool]
+    assert refusal.format(out=out, marker=marker) in line
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["tiny_dataset", "full_size_cosmos"])
+def test_overwrite_replaces_a_folder_the_tool_wrote(tool, tmp_path):
+    out = tmp_path / "written"
+    assert overwrite(tool, out) == 0
+    (out / "stale.txt").write_text("from the first write")
+    assert overwrite(tool, out, "--seed", "1") == 0
+    assert not (out / "stale.txt").exists() and (out / ".written_by").read_text() == f"{OVERWRITERS[tool][2]}\n"
+    assert is_dataset(out) == tool.startswith("tiny_dataset")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["written"]  # nothing left beside it
 
 
 @pytest.mark.slow

@@ -14,11 +14,13 @@ from __future__ import annotations
 from DiT4DiT.facts import DTYPE_BYTES
 
 # transformer/config.json: 2048 wide (16 heads x 128), 28 blocks.
+HEADS, HEAD_DIM = 16, 128
+HIDDEN_SIZE = HEADS * HEAD_DIM
 TRANSFORMER_CONFIG = dict(
     in_channels=17,  # 16 latent channels + the condition mask
     out_channels=16,
-    num_attention_heads=16,
-    attention_head_dim=128,
+    num_attention_heads=HEADS,
+    attention_head_dim=HEAD_DIM,
     num_layers=28,
     mlp_ratio=4.0,
     text_embed_dim=1024,
@@ -32,12 +34,13 @@ TRANSFORMER_CONFIG = dict(
     crossattn_proj_in_channels=100352,  # 28 text-encoder layers x 3584, every hidden layer concatenated
     encoder_hidden_states_channels=1024,
 )
-HIDDEN_SIZE = TRANSFORMER_CONFIG["num_attention_heads"] * TRANSFORMER_CONFIG["attention_head_dim"]
 
 # text_encoder/config.json (Qwen2_5_VLForConditionalGeneration): the language model and the vision tower.
+TEXT_LAYERS, TEXT_HIDDEN = 28, 3584
 TEXT_CONFIG = dict(
-    vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-    num_key_value_heads=4, max_position_embeddings=128000, rope_theta=1000000.0, rms_norm_eps=1e-6,
+    vocab_size=152064, hidden_size=TEXT_HIDDEN, intermediate_size=18944, num_hidden_layers=TEXT_LAYERS,
+    num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=128000, rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
     sliding_window=32768, max_window_layers=28, tie_word_embeddings=False, hidden_act="silu",
     rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
 )
@@ -46,7 +49,6 @@ VISION_CONFIG = dict(
     spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
     tokens_per_second=2,
 )
-TEXT_LAYERS, TEXT_HIDDEN = TEXT_CONFIG["num_hidden_layers"], TEXT_CONFIG["hidden_size"]
 MAX_SEQUENCE_LENGTH = 512  # prompts are padded / truncated to this many tokens
 # Qwen2.5-VL's special tokens, in the order (and so with the ids, from 151643) of its tokenizer.
 SPECIAL_TOKENS = [

@@ -24,6 +24,11 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _is_count(text: str) -> bool:
+    """Whether `text` is a whole number in ASCII digits: str.isdigit() also takes '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def has_action_head(cfg: ConfigSections) -> bool:
     return cfg.framework.cosmos25.training != "video"
 
@@ -67,7 +72,7 @@ def profiled_steps(text: str | None) -> tuple[int, int] | None:
     if text is None or str(text).strip() == "":
         return None
     parts = [p.strip() for p in str(text).split(",")]
-    _require(len(parts) in (1, 2) and all(p.isdigit() for p in parts),
+    _require(len(parts) in (1, 2) and all(_is_count(p) for p in parts),
              f"trainer.profile_steps={text!r}: give the first and last optimizer step to profile, e.g. 10,12 (or one "
              "step, e.g. 10)")
     first, last = int(parts[0]), int(parts[-1])
@@ -128,7 +133,7 @@ def check_rules(cfg: ConfigSections) -> None:
              f"{FRAME_SIDE_MULTIPLE}; use e.g. {max(FRAME_SIDE_MULTIPLE, data.image_size // FRAME_SIDE_MULTIPLE * FRAME_SIDE_MULTIPLE)}")
     _require(len(data.video_delta_indices) >= 1, "datasets.vla_data.video_delta_indices: give at least one frame offset")
     blocks = trainer.gradient_checkpointing_blocks
-    _require(blocks is None or blocks == AUTO or str(blocks).isdigit(),
+    _require(blocks is None or blocks == AUTO or _is_count(str(blocks)),
              f"trainer.gradient_checkpointing_blocks={blocks!r}: give a count of blocks (e.g. 14), auto (the fewest the "
              "memory plan needs on this device) or null (as trainer.enable_gradient_checkpointing says)")
     profiled = profiled_steps(trainer.profile_steps)

@@ -48,14 +48,15 @@ def _check_horizon(layout: DatasetLayout, config: DataConfig, shape: SampleShape
                         "a data config whose chunk follows framework.action_model.future_action_window_size")
 
 
-def _present(entries: list[MixtureEntry], root: Path | None, data_mix: str) -> list[MixtureEntry]:
+def _present(entries: list[MixtureEntry], root: Path | None, data_mix: str) -> tuple[list[MixtureEntry], Path]:
+    """The entries whose folders are under `root`, and `root` (an unset root is a problem)."""
     found, missing, problem = mixture_presence(entries, root, data_mix)
-    if problem:
-        raise DataError(problem + " (python -m DiT4DiT.tools.tiny_dataset --data_mix NAME writes tiny ones)")
+    if problem is not None or root is None:
+        raise DataError(f"{problem} (python -m DiT4DiT.tools.tiny_dataset --data_mix NAME writes tiny ones)")
     if missing:
         log.warning("data_mix %s: found %d of %d datasets under %s; skipping %d missing (e.g. %s)", data_mix,
                     len(found), len(entries), root, len(missing), ", ".join(missing[:3]))
-    return found
+    return found, root
 
 
 def _check_widths_fit(config: DataConfig, steps: EpisodeSteps, shape: SampleShape) -> None:
@@ -150,7 +151,8 @@ def build_vla_datasets(vla: DatasetsVlaDataSection, action_horizon: int, seed: i
         root = Path("/")
     cache_dir = cache_root(vla.cache_dir)
     weights, indexed, sources = [], [], []
-    for entry in _present(entries, root, vla.data_mix):
+    present, root = _present(entries, root, vla.data_mix)
+    for entry in present:
         layout = DatasetLayout(root / entry.dataset)
         config = choose_config(layout, entry.data_config)
         _check_horizon(layout, config, shape)

@@ -81,8 +81,9 @@ def check_data_folders(data: DatasetsVlaDataSection) -> None:
     if is_path(data.data_mix):
         resolve_data_mix(data.data_mix, data.data_config)  # ConfigError naming a missing path or a bad mixture file
     else:
-        _require(data.data_root_dir is not None, f"datasets.vla_data.data_root_dir is not set (data_mix={data.data_mix} "
-                 "names folders under it): pass --datasets.vla_data.data_root_dir DIR, or give data_mix as a path")
+        if data.data_root_dir is None:
+            raise ConfigError(f"datasets.vla_data.data_root_dir is not set (data_mix={data.data_mix} names folders "
+                              "under it): pass --datasets.vla_data.data_root_dir DIR, or give data_mix as a path")
         _require(Path(data.data_root_dir).is_dir(), f"datasets.vla_data.data_root_dir: folder '{data.data_root_dir}' does not exist")
     if data.cache_dir is not None:
         check_folder_path("datasets.vla_data.cache_dir", Path(data.cache_dir).expanduser())

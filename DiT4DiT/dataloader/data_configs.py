@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from DiT4DiT.dataloader.image_augmentation import OXE_DROID, ImageAugmentation
 
@@ -85,6 +86,18 @@ def _each(prefix: str, keys: tuple[str, ...], mode: str) -> dict[str, str]:
     return {f"{prefix}.{k}": mode for k in keys}
 
 
+class _Robot(TypedDict):
+    """The _config arguments that the data configs of one robot share."""
+
+    video: tuple[str, ...]
+    state: tuple[str, ...]
+    action: tuple[str, ...]
+    modes: dict[str, str]
+    tag: str
+    widths: dict[str, int]
+    stored_order: tuple[str, ...]
+
+
 # The original's data configs (its ROBOT_TYPE_CONFIG_MAP), by name: cameras, keys, language key, normalisation
 # modes and embodiment tag (its ROBOT_TYPE_TO_EMBODIMENT_TAG, new_embodiment where it has none).
 ARMS = ("left_joints", "right_joints", "left_gripper", "right_gripper")
@@ -106,8 +119,9 @@ AGILEX_ORDER = ("left_joints", "left_gripper", "right_joints", "right_gripper")
 SCALARS = {k: 1 for k in (*POSE, "pad", "gripper", "rx", "ry", "rz", "rw", *SO101_JOINTS)}
 GR1_WIDTHS = {"left_arm": 7, "right_arm": 7, "left_hand": 6, "right_hand": 6, "waist": 3}
 G1_WIDTHS = {"left_arm": 7, "right_arm": 7, "left_gripper": 1, "right_gripper": 1}
-AGILEX = dict(video=AGILEX_CAMERAS, state=ARMS, action=ARMS, modes=AGILEX_MODES, tag="new_embodiment",
-              widths=AGILEX_WIDTHS, stored_order=AGILEX_ORDER)
+
+AGILEX: _Robot = {"video": AGILEX_CAMERAS, "state": ARMS, "action": ARMS, "modes": AGILEX_MODES,
+                  "tag": "new_embodiment", "widths": AGILEX_WIDTHS, "stored_order": AGILEX_ORDER}
 
 DATA_CONFIGS: dict[str, DataConfig] = {
     # RoboTwin 2.0 (aloha-agilex): two 6-joint arms and two grippers; output order [L6, R6, Lg, Rg].

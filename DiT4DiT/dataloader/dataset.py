@@ -93,7 +93,7 @@ class EpisodeSteps:
         table = self._tables.get(episode)
         length = len(table["timestamp"])
         state = np.concatenate([table[s.column][t, s.start:s.end] for s in self.state_slices])
-        rows = t + np.arange(self.shape.action_horizon)
+        rows: np.ndarray = t + np.arange(self.shape.action_horizon)
         action = np.concatenate([_rows(table[s.column][:, s.start:s.end], rows, s.absolute)
                                  for s in self.action_slices], axis=1)
         views = self.frames(episode, self.frame_rows(t, length), decode) if frames else []
@@ -128,7 +128,11 @@ class EpisodeSteps:
         if name is None:
             files = sorted({self.layout.video_path(episode, key) for key in self.video_keys}
                            | ({self.layout.parquet_path(episode)} if self.image_keys else set()))
-            stats = [[str(f.relative_to(self.layout.root)), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+            try:
+                stats = [[str(f.relative_to(self.layout.root)), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+            except FileNotFoundError as error:  # gone since the dataset was read (a latent store fills for hours)
+                raise DataError(f"{error.filename}: file of episode {episode} is missing; restore it (the dataset "
+                                "held it when it was read)") from None
             name = json.dumps({"dataset": self.layout.name, "episode": episode, "rows": self.lengths[episode],
                                "cameras": self.camera_keys, "files": stats}, sort_keys=True)
             self._names[episode] = name
@@ -236,7 +240,8 @@ class MixtureDataset(torch.utils.data.Dataset):
         """Item `index`'s two generators, seeded by a hash of (seed, epoch, index): one picks its step, the other
         draws its image augmentation."""
         digest = hashlib.sha256(f"{self.seed}:{self.epoch}:{index}".encode()).digest()
-        return tuple(np.random.default_rng(int.from_bytes(digest[at:at + 8], "little")) for at in (0, 8))
+        step, augmentation = (np.random.default_rng(int.from_bytes(digest[at:at + 8], "little")) for at in (0, 8))
+        return step, augmentation
 
     def choose(self, index: int) -> tuple[int, int]:
         """(dataset position, step) of item `index`, from its own generator (a hash of (seed, epoch, index))."""

@@ -39,7 +39,10 @@ class DatasetIndex:
 
 def _scan(layout: DatasetLayout, numeric: list[str], language_column: str, skip_non_finite: bool) -> DatasetIndex:
     columns = numeric + [c for c in ("timestamp", language_column) if c not in numeric]
-    lengths, widths, episode_tasks, skipped = {}, {}, {}, {}
+    lengths: dict[int, int] = {}
+    widths: dict[str, int] = {}
+    episode_tasks: dict[int, list[int]] = {}
+    skipped: dict[int, str] = {}
     values: dict[str, list[np.ndarray]] = {c: [] for c in numeric}
     for episode in sorted(layout.episodes):
         table = read_episode_columns(layout, episode, columns)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 from pathlib import Path
+from typing import TypeGuard
 
 from DiT4DiT.dataloader.errors import DataError
 
 CAMERA_DTYPES = ("video", "image")
 
 
-def _is_int(value) -> bool:
+def _is_int(value) -> TypeGuard[Integral]:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
@@ -50,7 +51,7 @@ def check_info(info, path: Path) -> dict:
         if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str):
             raise DataError(f"{where} needs a 'dtype' string (float32, int64, video, image, ...)")
         shape = feature.get("shape")
-        if not isinstance(shape, list) or not shape or not all(_is_int(s) and s > 0 for s in shape):
+        if not isinstance(shape, list) or not shape or not all(_is_int(s) and int(s) > 0 for s in shape):
             raise DataError(f"{where}.shape is {shape!r}; it must be a list of positive integers, e.g. [14]")
         fps = (feature.get("info") or feature.get("video_info") or {}).get("video.fps")
         if feature["dtype"] == "video" and fps is not None and (not _is_number(fps) or not fps > 0):
@@ -91,7 +92,7 @@ def check_modality(modality, path: Path) -> dict:
             if not _is_int(start) or not _is_int(end):
                 raise DataError(f"{path}: '{group}.{key}' has start={start!r}, end={end!r}; both must be integers "
                                 "(write 0, not \"0\")")
-            if not 0 <= start < end:
+            if not 0 <= int(start) < int(end):
                 raise DataError(f"{path}: '{group}.{key}' reads [{start}:{end}], an empty or reversed range; "
                                 "start must be >= 0 and below end")
     return modality

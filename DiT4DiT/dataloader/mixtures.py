@@ -122,7 +122,7 @@ def _file_entry(item, number: int, path: Path, data_config: str) -> MixtureEntry
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; an entry has {list(ENTRY_KEYS)}")
     weight = item.get("weight", 1.0)
-    if not isinstance(weight, Real) or isinstance(weight, bool) or not 0 < weight <= MAX_WEIGHT:
+    if not isinstance(weight, Real) or isinstance(weight, bool) or not 0 < float(weight) <= MAX_WEIGHT:
         raise ConfigError(f"{where}: weight {weight!r} must be a positive number up to {MAX_WEIGHT:g} (1.0 = visited "
                           "once per epoch)")
     config = item.get("data_config") or data_config
@@ -146,7 +146,7 @@ def _mixture_file(path: Path, data_config: str) -> list[MixtureEntry]:
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{path}: a mixture file is a non-empty YAML list of {{path, weight, data_config}} entries")
     entries = [_file_entry(item, number, path, data_config) for number, item in enumerate(items, start=1)]
-    first = {}
+    first: dict[str, int] = {}  # dataset -> the entry number that names it first
     for number, entry in enumerate(entries, start=1):
         if entry.dataset in first:
             earlier = entries[first[entry.dataset] - 1]

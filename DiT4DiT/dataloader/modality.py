@@ -112,13 +112,13 @@ def attach_modality(layout: DatasetLayout, config: DataConfig, cache_dir: Path) 
     return f"derived for {config.name} ({path})"
 
 
-def entry_config(entry, root: Path | None = None) -> DataConfig:
+def entry_config(entry, root: str | Path | None = None) -> DataConfig:
     """The data config of a mixture entry; `auto` is resolved against the dataset's features."""
     if entry.data_config != AUTO:
         return DATA_CONFIGS[entry.data_config]
     return choose_config(DatasetLayout(Path(root or "/") / entry.dataset), AUTO)
 
 
-def mixture_configs(data_mix: str, data_config: str = AUTO, root: Path | None = None) -> list[DataConfig]:
+def mixture_configs(data_mix: str, data_config: str = AUTO, root: str | Path | None = None) -> list[DataConfig]:
     """The data config of each entry of `datasets.vla_data.data_mix` (a named mixture's entries under `root`)."""
     return [entry_config(entry, root) for entry in resolve_data_mix(data_mix, data_config)]

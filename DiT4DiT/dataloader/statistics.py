@@ -93,7 +93,7 @@ def stored_statistics(stats_path: Path, widths: dict[str, int]) -> dict[str, dic
     for column, width in widths.items():
         entry = stored.get(column) if isinstance(stored, dict) else None
         missing = [n for n in STAT_NAMES if not isinstance(entry, dict) or n not in entry]
-        if missing:
+        if missing or not isinstance(entry, dict):
             raise DataError(f"{stats_path}: '{column}' lacks {missing} (lerobot >= 0.4 writes q01/q99); use "
                             "datasets.vla_data.statistics=computed")
         values = {n: np.asarray(entry[n], dtype=np.float64).reshape(-1) for n in STAT_NAMES}

@@ -25,7 +25,8 @@ def _encoding_index(modes: np.ndarray, key_widths: Sequence[int]) -> np.ndarray:
     As the original's sin/cos state transform: a sincos key of width w becomes [sin(v_1..v_w), cos(v_1..v_w)]
     in place of v; every other key keeps its place.
     """
-    width, index, start = len(modes), [], 0
+    width, start = len(modes), 0
+    index: list[int] = []
     for key_width in key_widths:
         dims = np.arange(start, start + key_width)
         if (modes[dims] == "sincos").all():
@@ -54,7 +55,7 @@ class Normalizer:
     (-pi, pi]).
     """
 
-    def __init__(self, modes: Sequence[str], stats: Mapping[str, Sequence[float]],
+    def __init__(self, modes: Sequence[str], stats: Mapping[str, Sequence[float] | np.ndarray],
                  key_widths: Sequence[int] | None = None):
         unknown = sorted(set(modes) - set(NORMALIZATION_MODES))
         if unknown:
@@ -85,7 +86,7 @@ class Normalizer:
             sincos = np.flatnonzero(self.modes == "sincos")
             # Where each raw dim is read back from: its own slot, or its sine and cosine slots.
             width = len(self.modes)
-            position = np.zeros(3 * width, dtype=np.int64)
+            position: np.ndarray = np.zeros(3 * width, dtype=np.int64)
             position[self._index] = np.arange(len(self._index))
             self._plain_from = np.where(self.modes == "sincos", 0, position[:width])
             self._sin_from, self._cos_from = position[width + sincos], position[2 * width + sincos]
@@ -157,6 +158,6 @@ class StateEncoder:
             raise DataError(f"the robot state has {raw.size} values but the run's statistics describe {self.width}; "
                             "send the state keys the model was trained on, in the data config's order")
         encoded = self.normalizer.normalize(raw)
-        out = np.zeros((1, self.state_dim), dtype=np.float32)
+        out: np.ndarray = np.zeros((1, self.state_dim), dtype=np.float32)
         out[0, : encoded.size] = encoded
         return out

@@ -56,10 +56,12 @@ def decode_pyav(path: Path, timestamps: np.ndarray, *, fps: float, episode: int)
                 chosen = _decode_nearest(container, stream, 0.0, wanted)
     except av.error.FFmpegError as exc:
         raise _open_error(path, episode, exc) from exc
+    frames = []
     for want, hit in zip(wanted, chosen):
         if hit is None or abs(hit[0] - want) > tolerance:
             raise _missing_frame(path, episode, float(want), None if hit is None else hit[0], tolerance)
-    return np.stack([hit[1] for hit in chosen])
+        frames.append(hit[1])
+    return np.stack(frames)
 
 
 def _decode_nearest(container, stream, seek_to: float, wanted: np.ndarray) -> list[tuple[float, np.ndarray] | None]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -22,9 +21,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from DiT4DiT.atomic_files import replace_folder
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.errors import UsageError
+from DiT4DiT.atomic_files import write_marked_folder
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +137,8 @@ def modality(columns: Columns) -> dict:
 def info(columns: Columns, version: str, num_episodes: int, num_frames: int, fps: int, height: int, width: int,
          codec: str, images: bool = False) -> dict:
     if images:  # frames stored as PNG in the parquet files, as lerobot's use_videos=False writes them
-        camera = {"dtype": "image", "shape": [height, width, 3], "names": ["height", "width", "channel"]}
+        camera: dict[str, object] = {"dtype": "image", "shape": [height, width, 3],
+                                     "names": ["height", "width", "channel"]}
     else:
         camera = {
             "dtype": "video", "shape": [height, width, 3], "names": ["height", "width", "channel"],
@@ -256,9 +256,10 @@ def write_v3(folder: Path, columns: Columns, content: list[Episode], instruction
 def stats(content: list[Episode]) -> dict:
     """meta/stats.json as lerobot >= 0.4 writes it: per-episode statistics aggregated (mean weighted by frames,
     pooled std, extremes, and quantiles as the frame-weighted average of per-episode quantiles)."""
-    out = {}
+    out: dict[str, dict[str, list]] = {}
     for name in ("observation.state", "action"):
-        episodes = [(ep.state if name == "observation.state" else ep.action).astype(np.float64) for ep in content]
+        episodes: list[np.ndarray] = [(ep.state if name == "observation.state" else ep.action).astype(np.float64)
+                                      for ep in content]
         counts = np.asarray([len(v) for v in episodes], dtype=np.float64)
         weights = counts / counts.sum()
         mean = sum(w * v.mean(0) for w, v in zip(weights, episodes))
@@ -273,16 +274,16 @@ def stats(content: list[Episode]) -> dict:
 
 
 def write_dataset(target: Path, columns: Columns, content: list[Episode], instruction: str,
-                  storage: Storage) -> Path:
-    """The episodes as the dataset folder `target`, replacing what is there (the caller decides whether it may).
+                  storage: Storage, tool: str) -> Path:
+    """The episodes as the dataset folder `target`, replacing what is there (the caller decides whether it may:
+    check_replaceable), marked as written by `tool`, so that its --overwrite may replace it later.
 
     Built in a scratch folder beside `target` and renamed into place, so a reader never sees half a dataset."""
     height, width = next(iter(content[0].frames.values())).shape[1:3]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
-        folder = Path(scratch) / target.name
+
+    def write(folder: Path) -> None:
         meta = folder / "meta"
-        meta.mkdir(parents=True)
+        meta.mkdir()
         writer = write_v3 if storage.version == "v3.0" else write_v2
         writer(folder, columns, content, instruction, storage)
         total = sum(len(ep.state) for ep in content)
@@ -292,5 +293,5 @@ def write_dataset(target: Path, columns: Columns, content: list[Episode], instru
             (meta / "modality.json").write_text(json.dumps(modality(columns), indent=4))
         else:
             (meta / "stats.json").write_text(json.dumps(stats(content), indent=4))
-        replace_folder(folder, target)
-    return target
+
+    return write_marked_folder(target, tool, write)

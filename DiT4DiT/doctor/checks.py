@@ -117,8 +117,8 @@ def package_dir(name: str) -> Path | None:
     return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
 
 
-def run_probe(code: str) -> tuple[dict | list | None, str]:
-    """Run `code` in a child interpreter; (its JSON output, "") or (None, the error's last line)."""
+def run_probe(code: str) -> tuple[dict | None, str]:
+    """Run `code` in a child interpreter; (the JSON object it prints last, "") or (None, the error's last line)."""
     try:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -207,9 +207,14 @@ class Doctor:
     def skip_without_npu(self, name: str) -> Check | None:
         return None if self.npu_host else Check(name, "SKIP", "no NPU on this host")
 
+    def npus(self) -> npu_topology.Topology:
+        """The NPUs, in a check that skip_without_npu let through."""
+        assert self.topo is not None  # npu_host says the topology was read
+        return self.topo
+
     def check_python(self) -> Check:
         version = ".".join(map(str, sys.version_info[:3]))
-        problem = host_kind.python_problem(sys.version_info)
+        problem = host_kind.python_problem(sys.version_info[:3])
         if problem:
             return Check("python", "FAIL", problem, "create the environment with Python 3.10 or 3.11")
         return Check("python", "PASS", f"Python {version} ({sys.executable})")
@@ -248,7 +253,8 @@ class Doctor:
         name = "a2_a3_zero_copy"
         if skip := self.skip_without_npu(name):
             return skip
-        soc, source = self.topo.soc, self.topo.soc_source
+        topo = self.npus()
+        soc, source = topo.soc, topo.soc_source
         zero_copy = self.env.get("TORCH_HCCL_ZERO_COPY")
         kind = f"{soc.upper()} ({source})"
         if soc == "a2":
@@ -304,7 +310,8 @@ class Doctor:
         if tool is None:
             return Check(name, bad, f"hccn_tool not found (PATH, {npu_network.DRIVER_TOOL}); {scope}",
                          "install the Ascend driver's tools or put hccn_tool on PATH")
-        devices = [i for i, chip in enumerate(self.topo.chips) if chip in self.topo.visible]
+        topo = self.npus()
+        devices = [i for i, chip in enumerate(topo.chips) if chip in topo.visible]
         ports = [npu_network.read_port(tool, device) for device in devices]
         failing = [f"device {p.device}: {', '.join(p.problems())}" for p in ports if p.problems()]
         if failing:
@@ -396,7 +403,7 @@ class Doctor:
         name = "npu_processes"
         if skip := self.skip_without_npu(name):
             return skip
-        visible = {(c.npu, c.chip) for c in self.topo.visible}
+        visible = {(c.npu, c.chip) for c in self.npus().visible}
         holding = [p for p in npu_topology.parse_npu_processes(self.npu_smi or "") if (p.npu, p.chip) in visible]
         if not holding:
             return Check(name, "PASS", "no process holds a visible NPU")
@@ -582,8 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num_processes must be at least 1")
     if args.num_machines < 1:
         parser.error("--num_machines must be at least 1")
-    if args.device_memory_gib is not None and memory_plan.device_memory_problem(args.device_memory_gib):
-        parser.error(memory_plan.device_memory_problem(args.device_memory_gib))
+    if args.device_memory_gib is not None and (problem := memory_plan.device_memory_problem(args.device_memory_gib)):
+        parser.error(problem)
     return run_main(lambda: report(Doctor(args, dict(os.environ)).run()))
 
 

@@ -12,8 +12,9 @@ from packaging.utils import canonicalize_name
 
 def read_pins(path: Path, machine: str, python: str = "3.11") -> dict[str, str]:
     """name -> pinned version; ValueError on anything that is not one exact pin per package."""
-    env = {**default_environment(), "platform_machine": machine, "python_version": python,
-           "python_full_version": f"{python}.0"}
+    # Every marker variable is text; packaging's Environment (a TypedDict) reads as a map to object.
+    env = {name: str(value) for name, value in default_environment().items()}
+    env.update(platform_machine=machine, python_version=python, python_full_version=f"{python}.0")
     pins: dict[str, str] = {}
     for raw in Path(path).read_text().splitlines():
         line = raw.split(" #")[0].strip()

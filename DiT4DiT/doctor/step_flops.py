@@ -45,6 +45,13 @@ def peak_tflops(name: str) -> float | None:
     return next((peak for key, peak in PEAK_TFLOPS if key.lower() in name.lower()), None)
 
 
+def planned_peak_tflops(label: str) -> float:
+    """Peak TFLOPS of a device the time plan projects for (a PLANNED_DEVICES label)."""
+    peak = peak_tflops(PLANNED_DEVICES[label])
+    assert peak is not None, label  # each planned device is named as PEAK_TFLOPS matches it
+    return peak
+
+
 def transformer_forward_flops(config: Mapping, batch: int, latent_frames: int, height: int, width: int,
                               text_tokens: int, blocks: int) -> dict[str, int]:
     """Matmul FLOPs of one Cosmos transformer forward through `blocks` blocks, for latents of `height` x `width`:

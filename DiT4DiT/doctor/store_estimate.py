@@ -14,9 +14,9 @@ probe process cost 5 s).
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from DiT4DiT.config.schema import load_config
@@ -32,7 +32,8 @@ from DiT4DiT.facts import DTYPE_BYTES, VAE_SPATIAL_FACTOR, latent_frame_count, v
 def unique_instructions(vla: DatasetsVlaDataSection) -> tuple[int, int]:
     """(unique task strings over the mixture's datasets found under data_root_dir, datasets found)."""
     root = Path(vla.data_root_dir or ".").expanduser()
-    tasks, found = set(), 0
+    tasks: set[str] = set()
+    found = 0
     for entry in resolve_data_mix(vla.data_mix, vla.data_config):
         if is_dataset(root / entry.dataset):
             tasks.update(DatasetLayout(root / entry.dataset).tasks.values())
@@ -132,5 +133,18 @@ def estimate(config_yaml: str, base_model: str, processes: int = 1, device: str 
     }
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m DiT4DiT.doctor.store_estimate",
+                                     description="the prompt and latent stores' estimate, one JSON line")
+    parser.add_argument("config_yaml")
+    parser.add_argument("base_model")
+    parser.add_argument("processes", nargs="?", type=int, help="processes of the job")
+    parser.add_argument("device", nargs="?", help="a3, a2 or cuda: the latent store build's pace")
+    args = parser.parse_args(argv)
+    given = {name: value for name in ("processes", "device") if (value := getattr(args, name)) is not None}
+    print(json.dumps(estimate(args.config_yaml, args.base_model, **given)))
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(estimate(sys.argv[1], sys.argv[2], *(int(sys.argv[3]), sys.argv[4])[:len(sys.argv) - 3])))
+    raise SystemExit(main())

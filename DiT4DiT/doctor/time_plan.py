@@ -17,7 +17,7 @@ from pathlib import Path
 
 from DiT4DiT.config.sections import DatasetsVlaDataSection, FrameworkSection, TrainerSection
 from DiT4DiT.errors import run_main
-from DiT4DiT.doctor.step_flops import PLANNED_DEVICES, peak_tflops, snapshot_configs, training_step_flops
+from DiT4DiT.doctor.step_flops import PLANNED_DEVICES, planned_peak_tflops, snapshot_configs, training_step_flops
 
 PROG = "python -m DiT4DiT.doctor.time_plan"
 ASSUMED_MFU = 0.3  # a round figure for a DiT of this size on these devices until device_check measures one
@@ -34,8 +34,8 @@ def step_tflop(base_model: Path, framework: FrameworkSection, trainer: TrainerSe
 def projections(tflop: float, max_train_steps: int, mfu: float) -> dict[str, tuple[float, float]]:
     """Device -> (seconds per step, hours for the run) at `mfu` of its peak."""
     result = {}
-    for label, name in PLANNED_DEVICES.items():
-        seconds = tflop / (peak_tflops(name) * mfu)
+    for label in PLANNED_DEVICES:
+        seconds = tflop / (planned_peak_tflops(label) * mfu)
         result[label] = (seconds, seconds * max_train_steps / 3600)
     return result
 
@@ -72,7 +72,7 @@ def table(argv: list[str]) -> int:
             base_model = write_shapes_only(Path(tmp) / "Cosmos-Predict2.5-2B-shapes")
         devices = list(PLANNED_DEVICES)
         print(f"| config (as shipped) | TFLOP per device per step | "
-              + " | ".join(f"{d} ({peak_tflops(PLANNED_DEVICES[d]):.0f} TFLOPS) s/step, hours" for d in devices) + " |")
+              + " | ".join(f"{d} ({planned_peak_tflops(d):.0f} TFLOPS) s/step, hours" for d in devices) + " |")
         print("|---|---|" + "---|" * len(devices))
         for name, path in ORIGINAL_CONFIGS.items():
             typed = load_config(str(REPO / path), [])

@@ -64,6 +64,7 @@ ENV_ACTION_DIM = 4  # dx, dy, dz, grip
 # tasks where --goal_set may move the goal.
 GOAL_SET_TASKS = ("reach-v3",)
 DATASET_FPS = 20
+COLLECTOR = "metaworld collect"  # the .written_by of its datasets: its --overwrite replaces only those
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 480  # the smallest video size; Meta-World's models allow 640 x 480 off screen
 MAX_SEED = 2**32 - 1  # Meta-World seeds numpy with it
 
@@ -287,8 +288,7 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
             max_steps: int = 300, version: str = "v2.1", overwrite: bool = False) -> Path:
     """Write `episodes` successful expert episodes as the dataset out/dataset_name(task); returns that folder."""
     from DiT4DiT.dataloader import writer
-    from DiT4DiT.dataloader.layout import DATASET_MARK
-    from DiT4DiT.host.output_paths import check_out, check_replaceable_folder
+    from DiT4DiT.host.output_paths import check_out, check_replaceable
 
     if episodes < 1:
         raise BadArgument(f"--episodes {episodes}: collect at least 1 episode")
@@ -299,11 +299,8 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
     check_seeds(seed, 2 * episodes + 10)  # collect's most attempts
     at_least("--max_steps", max_steps, 1)
     target = Path(out) / dataset_name(task)
-    if target.exists() and not overwrite:
-        raise SimulatorError(f"{target} already exists; pass --overwrite to replace it")
-    # --overwrite deletes the folder: only a dataset (one this command wrote) or an empty folder
     check_out(target, folder=True, owned=target)
-    check_replaceable_folder(target, DATASET_MARK)
+    check_replaceable(target, COLLECTOR, overwrite=overwrite)  # --overwrite: only a dataset this command wrote
     scene = Scene(task, setup)
     content, attempts, started = [], 0, time.monotonic()
     try:
@@ -318,7 +315,8 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
     finally:
         scene.close()
     storage = writer.Storage(version=version, fps=DATASET_FPS, gop=10, codec=writer.video_codec())
-    writer.write_dataset(target, writer.columns_for(DATA_CONFIG), content, instruction_of(task), storage)
+    writer.write_dataset(target, writer.columns_for(DATA_CONFIG), content, instruction_of(task), storage,
+                         COLLECTOR)
     lengths = [len(ep.state) for ep in content]
     log.info("%d %s demonstrations (%d attempts, %d-%d steps) in %.0f s -> %s", len(content), task, attempts,
              min(lengths), max(lengths), time.monotonic() - started, target)
@@ -568,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--lerobot_version", default="v2.1", help="layout to write: v2.1 or v3.0")
     c.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED + i")
     c.add_argument("--max_steps", type=int, default=300, help="longest expert episode kept")
-    c.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    c.add_argument("--overwrite", action="store_true", help="replace a dataset this command collected before "
+                   "(never one it did not write)")
     e = commands.add_parser("evaluate", help="success rate of a served policy or a baseline")
     e.add_argument("--task", required=True)
     e.add_argument("--episodes", type=int, default=50)

@@ -10,7 +10,7 @@ from DiT4DiT.dataloader import transforms
 
 def resized_views(views, size: int) -> list[np.ndarray]:
     """Each camera view as (size, size, 3) uint8, area-resized (as the original's clients resize)."""
-    return [np.asarray(Image.fromarray(np.asarray(view, dtype=np.uint8)).resize((size, size), Image.BOX))
+    return [np.asarray(Image.fromarray(np.asarray(view, dtype=np.uint8)).resize((size, size), Image.Resampling.BOX))
             for view in views]
 
 

@@ -69,7 +69,9 @@ def evaluate_episode(policy: Policy, part, decode, episode_position: int) -> tup
 
 def evaluate(policy: Policy, dataset, episodes: int, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    per_episode, errors, names = [], [], None
+    per_episode: list[dict[str, object]] = []
+    errors: list[np.ndarray] = []
+    names: list[str] = []  # the first dataset's joints
     for part in dataset.parts:
         for position, episode in enumerate(part.episodes):
             if len(per_episode) >= episodes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.process
 import os
 import threading
 import time
@@ -125,7 +126,8 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
         return done
     context = multiprocessing.get_context("spawn")
     pending = {slot: list(episodes) for slot, episodes in enumerate(assignments)}
-    processes: dict[int, tuple[multiprocessing.Process, Any]] = {}  # slot -> (process, the end we read)
+    # slot -> (process, the end we read)
+    processes: dict[int, tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]] = {}
     heard: dict[int, float] = {}  # slot -> when its process last sent something
     started: set[int] = set()  # slots whose process has sent something
     stuck: dict[int, str] = {}  # slot -> how its process was found stuck (it was killed for it)
@@ -162,9 +164,12 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
         for slot in pending:
             start(slot)
         while processes:
-            readers = {reader: slot for slot, (_, reader) in processes.items()}
-            for reader in multiprocessing.connection.wait(list(readers), timeout=stall_s / BEATS_PER_STALL):
-                slot = readers[reader]
+            # each end's slot, looked up with what wait() hands back (the ends it was given, typed as any waitable)
+            readers: dict[object, int] = {reader: slot for slot, (_, reader) in processes.items()}
+            ends = [reader for _, reader in processes.values()]
+            for ready in multiprocessing.connection.wait(ends, timeout=stall_s / BEATS_PER_STALL):
+                slot = readers[ready]
+                _, reader = processes[slot]
                 heard[slot] = time.monotonic()
                 started.add(slot)
                 try:
@@ -181,6 +186,7 @@ def run_episodes(worker: Worker, setup, assignments: Sequence[Sequence[int]], *,
             for slot, (process, _) in processes.items():
                 silent = time.monotonic() - heard[slot]
                 if silent > stall_s * (1 if slot in started else STARTS_PER_STALL) and slot not in stuck:
+                    assert process.pid is not None  # start() started it
                     stuck[slot] = f"made no progress for {silent:.0f} s ({process_state(process.pid)}; killed)"
                     process.kill()  # its pipe's end is then the EOF that retries its episodes
     finally:

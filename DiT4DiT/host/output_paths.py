@@ -5,19 +5,24 @@ The tools write atomically (a temporary file renamed over the target), so whatev
 as root, `--out /dev/null` would turn the machine's /dev/null into a regular file. A target that exists must
 be of the kind the tool writes, and a target inside a LeRobot dataset or a training run folder other than the
 one the tool was given is refused, so a tool never writes into data or a run it does not own.
+
+A folder a tool writes holds a WRITTEN_BY marker naming the tool, and --overwrite replaces only a folder marked as
+that tool's (or an empty one): a downloaded snapshot or a recorded dataset looks like what the tool writes, but
+never carries the marker, so it is never deleted.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
+from DiT4DiT.atomic_files import WRITTEN_BY, written_by
 from DiT4DiT.dataloader.layout import DATASET_MARK, is_dataset
 from DiT4DiT.errors import DiT4DiTError
 
 RUN_MARKS = ("checkpoints", "run.lock", "metrics.jsonl", "final_model")  # with config.yaml: a training run folder
-WRITTEN_BY = ".written_by"  # in a folder a tool wrote: the tool's name, so that --overwrite replaces only its own
 
 
 class OutputError(DiT4DiTError):
@@ -71,19 +76,27 @@ def check_out(out: Path, *, folder: bool = False, owned: Path | None = None, opt
         raise OutputError(f"{option} {out} lies inside {owner}, which this tool does not write into; write it elsewhere")
 
 
-def check_replaceable_folder(folder: Path, marker: str, option: str = "--out") -> None:
-    """--overwrite removes a folder: only one the tool wrote (it holds `marker`) or an empty one."""
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / marker).exists():
-        raise OutputError(f"{option} {folder} holds files but no {marker}: not a folder this tool wrote, so "
-                          "--overwrite will not delete it; give a new path")
+def contents(folder: Path) -> str:
+    """What a non-empty folder holds, in words."""
+    if is_dataset(folder):
+        return f"a LeRobot dataset ({DATASET_MARK})"
+    if is_run_dir(folder):
+        return "a training run (config.yaml and checkpoints)"
+    names = sorted(entry.name for entry in folder.iterdir())
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{len(names)} {'entry' if len(names) == 1 else 'entries'} ({shown})"
 
 
-def mark_written_by(folder: Path, tool: str) -> None:
-    (folder / WRITTEN_BY).write_text(tool + "\n")
-
-
-def written_by(folder: Path, tool: str) -> bool:
-    try:
-        return (folder / WRITTEN_BY).read_text().strip() == tool
-    except (OSError, UnicodeDecodeError):
-        return False
+def check_replaceable(folder: Path, tool: str, *, overwrite: bool, option: str = "--out",
+                      ours: Callable[[Path], bool] | None = None) -> None:
+    """OutputError unless writing `folder` loses nothing: it is new or empty, or --overwrite was given and `tool`
+    wrote it (its WRITTEN_BY marker; `ours(folder)`: one it wrote before it marked its folders)."""
+    if not (folder.is_dir() and any(folder.iterdir())):
+        return
+    if not overwrite:
+        raise OutputError(f"{option} {folder} exists and is not empty; pass --overwrite to replace it")
+    if written_by(folder, tool) or (ours is not None and ours(folder)):
+        return
+    raise OutputError(f"{option} {folder} holds {contents(folder)} but no {WRITTEN_BY} naming {tool}: not a folder "
+                      f"this tool wrote, so --overwrite will not delete it; give another {option} or delete it "
+                      "yourself")

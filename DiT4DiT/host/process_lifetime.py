@@ -79,8 +79,13 @@ async def until_ended(pid: int) -> None:
             await asyncio.sleep(POLL_S)
         return
     loop = asyncio.get_running_loop()
-    ended = loop.create_future()
-    loop.add_reader(fd, lambda: ended.done() or ended.set_result(None))
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
         await ended
     finally:

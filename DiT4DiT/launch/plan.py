@@ -108,10 +108,10 @@ class Plan:
 
 
 def _node_values(opts: Options, env: dict[str, str]) -> dict[str, tuple[str, str]]:
-    found = {}
+    found: dict[str, tuple[str, str]] = {}
     for name, (variables, fallback) in NODE_SOURCES.items():
-        if opts.given(name) is not None:
-            found[name] = (opts.given(name), f"option --{name}")
+        if (given := opts.given(name)) is not None:
+            found[name] = (given, f"option --{name}")
             continue
         var = next((v for v in variables if env.get(v)), None)
         found[name] = (env[var], var) if var else (fallback, "default")
@@ -133,12 +133,12 @@ def _interface(plan: Plan, facts: Facts) -> None:
     name, source = plan.shown["net_if"]
     if not name and plan.machines > 1:
         main_ip = plan.shown["main_process_ip"][0]
-        name, why = facts.route_interface(main_ip)
-        if name is None:
+        derived, why = facts.route_interface(main_ip)
+        if derived is None:
             plan.problems.append(f"{plan.machines} machines need the network interface for collectives: pass "
                                  f"--net_if=NAME (or DIT4DIT_NET_IF=NAME); {why}")
             return
-        source = f"derived: `ip route get {main_ip}`"
+        name, source = derived, f"derived: `ip route get {main_ip}`"
         plan.shown["net_if"] = (name, source)
     if not name:
         for var in INTERFACE_VARIABLES:  # yours, when no interface was chosen: kept and shown
@@ -234,15 +234,15 @@ def build(opts: Options, facts: Facts | None = None) -> Plan:
     if host.problem:
         problems.append(host.problem)
     shown: dict[str, tuple[str, str]] = {}
-    if opts.given("device"):
-        shown["device"] = (opts.given("device"), "option --device")
+    if device := opts.given("device"):
+        shown["device"] = (device, "option --device")
     config_default, launch_default = DEFAULTS["cpu" if host.kind == "cpu" else "gpu"]
     for name, default in (("config_yaml", config_default), ("launch_config", launch_default),
                           ("num_processes", str(max(host.visible, 1)))):
         given = opts.given(name)
         shown[name] = (given, f"option --{name}") if given else (default, f"host default: {host.kind}")
-    if opts.given("soc"):
-        shown["soc"] = (opts.given("soc"), "option --soc")
+    if soc := opts.given("soc"):
+        shown["soc"] = (soc, "option --soc")
     shown.update(_node_values(opts, facts.env))
     config_yaml, launch_config = shown["config_yaml"][0], shown["launch_config"][0]
     if not in_repo(config_yaml).is_file():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -139,8 +140,10 @@ def cosmos_block_saved_bytes(hidden: int, video_tokens: int, text_tokens: int, c
                              batch: int = 1, frozen: bool = False) -> float:
     """Bytes a video pass saves for backward in one Cosmos block of width `hidden` (bf16 autocast); `frozen`: the
     block's weights are (a checkpointed block keeps its input either way)."""
-    plain = "video_pass_frozen_block" if frozen else "video_pass_block"
-    row = MEASURED["video_pass_checkpointed_block" if checkpointing else plain]
+    if checkpointing:
+        row = MEASURED["video_pass_checkpointed_block"]
+    else:
+        row = MEASURED["video_pass_frozen_block"] if frozen else MEASURED["video_pass_block"]
     return measured_bytes(row, video_tokens, text_tokens, batch) * hidden / MEASURED["hidden"]
 
 
@@ -219,7 +222,7 @@ def activation_bytes(framework: FrameworkSection, trainer: TrainerSection, batch
     return scale * prompts + max(scale * max(vae, feature), kept)
 
 
-def text_encoder_widths(config: dict) -> dict[str, int]:
+def text_encoder_widths(config: Mapping) -> dict[str, int]:
     """The language model's widths in a text_encoder/config.json (transformers writes them under text_config;
     older files keep them at the top level): hidden, intermediate (MLP), layers, heads."""
     text = {**config, **(config.get("text_config") or {})}
@@ -240,8 +243,11 @@ def text_encoder_graph_bytes(widths: dict[str, int], batch: int, tokens: int, ch
         squared = row["per_head_per_token_squared_cpu"] * widths["heads"] * tokens**2 if device_kind == "cpu" else 0.0
         return batch * (per_token * tokens + squared + row["per_sample"]) + row["per_pass"]
 
-    name = "text_encoder_checkpointed" if checkpointing else "text_encoder"
-    graph = widths["layers"] * line(MEASURED[f"{name}_layer"]) + line(MEASURED[f"{name}_outside"])
+    if checkpointing:
+        layer, outside = MEASURED["text_encoder_checkpointed_layer"], MEASURED["text_encoder_checkpointed_outside"]
+    else:
+        layer, outside = MEASURED["text_encoder_layer"], MEASURED["text_encoder_outside"]
+    graph = widths["layers"] * line(layer) + line(outside)
     return graph + (line(MEASURED["text_encoder_layer"]) if checkpointing else 0.0)
 
 
@@ -253,11 +259,11 @@ def vae_condition_graph_bytes(batch: int, pixels: int, vae_base_dim: int) -> flo
 
 
 def trained_inputs_bytes(trainer: TrainerSection, batch: int, text_tokens: int, text_widths: dict[str, int] | None,
-                         vae_base_dim: int, pixels: int, text_encoder_trains: bool, vae_trains: bool,
-                         device_kind: str) -> float:
-    """The graphs of a trained text encoder and VAE (bf16), held from the forward's start to its backward."""
+                         vae_base_dim: int, pixels: int, vae_trains: bool, device_kind: str) -> float:
+    """The graphs of a trained text encoder (`text_widths`, None when it is frozen) and VAE (bf16), held from the
+    forward's start to its backward."""
     graph = 0.0
-    if text_encoder_trains:
+    if text_widths is not None:
         graph += text_encoder_graph_bytes(text_widths, batch, text_tokens, trainer.text_encoder_gradient_checkpointing,
                                           device_kind)
     if vae_trains:
@@ -299,9 +305,12 @@ def estimate_training_memory(base_model: Path, framework: FrameworkSection, trai
     from trainer.enable_gradient_checkpointing (and text_encoder_gradient_checkpointing) and the batch from
     datasets.vla_data.per_device_batch_size."""
     base_model = Path(base_model)
-    tensors = {p: safetensors_tensor_sizes(base_model / p) for p in PARTS}
-    if any(v is None for v in tensors.values()):
-        return None
+    tensors = {}
+    for part in PARTS:
+        stored = safetensors_tensor_sizes(base_model / part)
+        if stored is None:
+            return None
+        tensors[part] = stored
     freeze = trainer.freeze_modules
     sizes = {p: part_sizes(t, PARTS[p], freeze) for p, t in tensors.items()}
     head_frozen = is_frozen("action_model", freeze)
@@ -331,7 +340,7 @@ def estimate_training_memory(base_model: Path, framework: FrameworkSection, trai
                    if text_encoder_trains else None)
     trained_inputs = weight_bytes / 2 * trained_inputs_bytes(
         trainer, data.per_device_batch_size, framework.cosmos25.max_sequence_length, text_widths, vae_base_dim, pixels,
-        text_encoder_trains, vae_trains, device_kind)
+        vae_trains, device_kind)
     offloaded = zero_stage in (1, 2) and offload_optimizer
     trainable = sum(s.trainable for s in running.values())
     return Estimate(static_gib=static_bytes(running, zero_stage, processes, weight_bytes, True, offloaded) / GIB,

@@ -1,5 +1,34 @@
 """The activation rows the memory estimate scales (estimate.py): bytes autograd keeps for backward, measured on the
-CPU by `python -m DiT4DiT.tools.measure_activation_memory`, which prints this table. Data only (no imports)."""
+CPU by `python -m DiT4DiT.tools.measure_activation_memory`, which prints this table. Data only (and its type)."""
+
+from typing import TypedDict
+
+# A measured row: bytes per unit, each key naming the unit (per_video_token, per_sample, ...; per_pass: bytes once).
+Row = dict[str, float]
+
+
+class Measured(TypedDict):
+    """MEASURED's keys: three widths the rows were measured at, and the rows (each described at MEASURED)."""
+
+    hidden: int
+    text_projection_in: int
+    vae_base_dim: int
+    video_pass_block: Row
+    video_pass_outside: Row
+    video_pass_frozen_block: Row
+    video_pass_checkpointed_block: Row
+    video_pass_checkpointed_outside: Row
+    feature_pass_peak: Row
+    action_head: Row
+    action_head_checkpointed: Row
+    vae_encode_peak_per_pixel: Row
+    text_encoder_hidden: int
+    text_encoder_layer: Row
+    text_encoder_outside: Row
+    text_encoder_checkpointed_layer: Row
+    text_encoder_checkpointed_outside: Row
+    vae_encode_saved_per_pixel: Row
+
 
 # Measured by tools/measure_activation_memory.py (2-core x86_64 CPU, torch 2.7.1, diffusers 0.38.0): bytes per sample in bf16
 # autocast with bf16 weights. Cosmos rows: the 2B layout (16 heads x 128 = 2048 wide, MLP 4x, AdaLN-LoRA 256,
@@ -13,7 +42,7 @@ CPU by `python -m DiT4DiT.tools.measure_activation_memory`, which prints this ta
 # time, so longer clips hold about the same). Not counted: allocator caching and kernels' workspaces; the NPU's fused
 # attention keeps (B, heads, S, 8) float32 softmax statistics where the CPU kernel keeps a (B, heads, S) logsumexp
 # (under 0.1% of a block).
-MEASURED = {
+MEASURED: Measured = {
     "hidden": 2048,  # the transformer's width: block rows scale with it
     "text_projection_in": 28 * 3584,  # the text projection's input width, bf16, part of the "outside" rows
     "vae_base_dim": 96,  # the Wan2.1 VAE's: the VAE rows scale with it

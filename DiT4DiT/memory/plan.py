@@ -197,6 +197,11 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
                                         zero_stage=s.run.zero_stage, device_kind=kind,
                                         offload_optimizer=s.run.offload_optimizer)
 
+    def option_estimate(s: Setup) -> Estimate:
+        found = estimate(s)
+        assert found is not None  # the snapshot whose safetensors gave the current setup's estimate
+        return found
+
     if trainer.gradient_checkpointing_blocks == AUTO:  # what the trainer will resolve it to on these devices
         blocks = fewest_recomputed_blocks(base_model, framework, trainer, data, run.processes, views,
                                           HEADROOM * free_gib, zero_stage=run.zero_stage, kind=kind)
@@ -214,14 +219,15 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
     for group, change, flags, candidate in _candidates(setup, kind):
         if group in by_kind and by_kind[group].fits:
             continue
-        est = estimate(candidate)
+        est = option_estimate(candidate)
         by_kind[group] = Option(change, flags, est, est.total_gib <= limit)
     result.options += by_kind.values()
     if result.best is None:  # stack the kinds in order (each: its mildest that fits, else its strongest)
-        stacked, changes, stacked_flags = setup, [], {}
+        stacked, changes = setup, []
+        stacked_flags: dict[str, str] = {}
         while steps := list(_candidates(stacked, kind)):
             group = steps[0][0]
-            variants = [(s, estimate(s[3])) for s in steps if s[0] == group]
+            variants = [(s, option_estimate(s[3])) for s in steps if s[0] == group]
             (_, change, flags, stacked), est = next((v for v in variants if v[1].total_gib <= limit), variants[-1])
             changes.append(change)
             stacked_flags.update(flag.split("=", 1) for flag in flags)
@@ -231,7 +237,7 @@ def plan(base_model: Path, framework: FrameworkSection, trainer: TrainerSection,
             if est.total_gib <= limit or group == "processes":
                 break
     for _, change, flags, candidate in _experiment_changes(setup):  # listed last, never stacked with the others
-        est = estimate(candidate)
+        est = option_estimate(candidate)
         result.options.append(Option(change, flags, est, est.total_gib <= limit, changes_experiment=True))
     return result
 
@@ -356,6 +362,12 @@ def fits_table(base_model: Path, configs: dict[str, Path], processes: int = 16) 
             per_node = min(processes, PER_NODE[device.kind])
             run = Run(per_node, max(processes // per_node, 1))
             result = plan(base_model, framework, trainer, data, run, views, device.memory_gib, device.kind)
+            if result is None:  # .bin weights (the folder checks accept them): nothing to count
+                from DiT4DiT.errors import UsageError
+
+                raise UsageError(f"{base_model}: no *.safetensors in {', '.join(PARTS)}; the table reads the weights' "
+                                 "sizes from safetensors headers: convert the weights, or leave --base_model out for "
+                                 "the real 2B sizes")
             of = f"of {result.limit_gib:.0f} GiB"
             if result.fits:
                 cells.append(f"fits as is ({result.current.total_gib:.0f} {of})")

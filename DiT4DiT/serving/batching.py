@@ -229,7 +229,8 @@ class Batcher:
 
     def _take(self, key: tuple) -> list[_Request]:
         """With the lock held: the batch for `key`, out of the queue (by identity) and into _running."""
-        batch, size = [], 0
+        batch: list[_Request] = []
+        size = 0
         for request in self._waiting:
             fits = size + len(request.examples) <= self.max_forward_batch
             if request.key == key and (fits or not batch):
@@ -276,6 +277,8 @@ class Batcher:
             self._running, self._forward_began = [], None
 
     def _settle(self, request: _Request, result=None, error=None) -> None:
+        assert self._loop is not None  # start() sets the loop before it starts the model thread, the only caller
+
         def settle():
             if request.future.done():  # already answered (stop(), or its wait timed out)
                 return

@@ -149,16 +149,16 @@ class ChunkQueue:
             return False
         if self._rows is None or self.mode == "sync":
             return self.remaining() == 0
-        return self.remaining() <= self._horizon()
+        return self.remaining() <= self._horizon(self._rows)
 
-    def _horizon(self) -> int:
-        return len(self._rows) // 2 if self.execution_horizon is None else self.execution_horizon
+    def _horizon(self, rows: np.ndarray) -> int:
+        return len(rows) // 2 if self.execution_horizon is None else self.execution_horizon
 
     def request_fields(self, delay: int) -> dict:
         """The example keys this request adds: real-time chunking's in rtc mode once a chunk runs, else none.
         `delay`: the actions expected to run before the reply (capped by the leftover and the server's max)."""
         left = self.remaining()
-        if self.mode != "rtc" or left == 0 or self._normalized is None:
+        if self.mode != "rtc" or left == 0 or self._rows is None or self._normalized is None:
             return {}
         delay = min(delay, left, len(self._rows) - 1, *([self.max_delay] if self.max_delay is not None else []))
         return {"prev_actions": np.ascontiguousarray(self._normalized[self._next:], dtype=np.float32),
@@ -170,6 +170,8 @@ class ChunkQueue:
     def received(self, data: dict) -> Switch:
         """The reply's chunk (its first example) replaces the current one, skipping the rows whose time passed."""
         switch, self._pending = self._pending, None
+        if switch is None:
+            raise RuntimeError("ChunkQueue.received() with no request in flight: call sent() when the request goes out")
         normalized = np.asarray(data["normalized_actions"][0])
         self._rows = np.asarray(data["actions"][0]) if "actions" in data else normalized
         self._normalized = normalized
@@ -180,7 +182,7 @@ class ChunkQueue:
 
     def pop(self) -> np.ndarray | None:
         """The next row to execute, or None when the chunk is used up (the robot holds until a reply)."""
-        if self.remaining() == 0:
+        if self._rows is None or self.remaining() == 0:
             return None
         row = self._rows[self._next]
         self._next += 1

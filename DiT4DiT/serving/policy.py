@@ -131,9 +131,11 @@ def read_statistics(path: Path) -> dict:
 def check_sequence_length(recorded: dict, config_path: Path) -> None:
     """Range check of the prompt length a request is encoded at, before the model is built: a huge one makes every
     request take GBs. `recorded`: config.yaml as read (its values are typed later, when the config loads)."""
-    length = recorded
+    length: object = recorded
     for key in ("framework", "cosmos25", "max_sequence_length"):
         length = length.get(key) if isinstance(length, dict) else None
+    if not isinstance(length, (int, float, str)):
+        return  # absent (the default) or not a number: the config's typing names it
     try:
         value = float(length)  # YAML reads 1e8 as text, which the config's typing then takes as a number
     except (TypeError, ValueError):
@@ -323,7 +325,7 @@ class Policy:
             current = self._combined_views(example["views"], where)
         else:
             current = self._current_frame(example["image"], where)
-        out = {"image": [current], "lang": lang}
+        out: dict[str, object] = {"image": [current], "lang": lang}
         units = example.get("state_units", STATE_UNITS[0])
         if units not in STATE_UNITS:
             raise RequestError(f"{where}.state_units is {units!r}; send 'normalized' (normalised as in training and "

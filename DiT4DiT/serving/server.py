@@ -145,7 +145,7 @@ class PolicyServer:
                 on_ready(self.port)
             watchers = [asyncio.ensure_future(self._idle_watchdog())] if self.idle_timeout > 0 else []
             if self.owner_pid is not None:
-                watchers.append(asyncio.ensure_future(self._owner_watchdog()))
+                watchers.append(asyncio.ensure_future(self._owner_watchdog(self.owner_pid)))
             await self._stopping.wait()
             for watcher in watchers:
                 watcher.cancel()
@@ -166,15 +166,24 @@ class PolicyServer:
             self._loop.call_soon_threadsafe(self._stopping.set)
 
     def install_signal_handlers(self) -> None:
+        """From within run() (its on_ready): SIGTERM and SIGINT stop the server."""
+        if self._loop is None:
+            raise RuntimeError("install_signal_handlers() before run(): the handlers need run()'s event loop")
         for signum in (signal.SIGTERM, signal.SIGINT):
-            self._loop.add_signal_handler(signum, self._stopping.set)
+            self._loop.add_signal_handler(signum, self._stop_now)
+
+    def _stop_now(self) -> None:
+        """On the loop, from within run(): run() closes everything and returns."""
+        if self._stopping is None:
+            raise RuntimeError("the server is not running: run() creates the event that stops it")
+        self._stopping.set()
 
     def _model_thread_ended(self, error: BaseException | None) -> None:
         """On the loop: the model thread ended without stop(). Stop; run() then raises ServerFailed."""
         cause = f"{type(error).__name__}: {error}" if error is not None else "it returned"
         self.failure = (f"the model thread stopped ({cause}); the waiting requests were answered with an error. "
                         "Exiting 1 so that a supervisor restarts the server")
-        self._stopping.set()
+        self._stop_now()
 
     async def _replies_sent(self, grace_s: float) -> None:
         """Wait (at most grace_s) until every request received has had its reply sent."""
@@ -182,17 +191,17 @@ class PolicyServer:
         while self._answering and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
-    async def _owner_watchdog(self) -> None:
-        await process_lifetime.until_ended(self.owner_pid)
-        log.info("the process that started this server (--owner_pid %d) has ended: stopping", self.owner_pid)
-        self._stopping.set()
+    async def _owner_watchdog(self, owner_pid: int) -> None:
+        await process_lifetime.until_ended(owner_pid)
+        log.info("the process that started this server (--owner_pid %d) has ended: stopping", owner_pid)
+        self._stop_now()
 
     async def _idle_watchdog(self) -> None:
         while True:
             await asyncio.sleep(min(5.0, self.idle_timeout))
             if time.monotonic() - self._last_message > self.idle_timeout:
                 log.info("no request for %ss (--idle_timeout): stopping", self.idle_timeout)
-                self._stopping.set()
+                self._stop_now()
                 return
 
     def _process_request(self, connection: ServerConnection, request):

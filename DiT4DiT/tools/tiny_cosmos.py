@@ -11,9 +11,7 @@ offline on a few built-in sentences, with a chat template that accepts list-of-p
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 if __name__ == "__main__":  # before the imports below: a missing package is one line, not a traceback
@@ -27,8 +25,8 @@ from DiT4DiT.facts import TINY_MODEL_DIR
 from DiT4DiT.base_model.cosmos_2b import TRANSFORMER_CONFIG as COSMOS_2B_TRANSFORMER_CONFIG
 from DiT4DiT.model.modules.cosmos_pipeline import NoOpSafetyChecker
 from DiT4DiT.model.modules.prompt_encoding import SYSTEM_PROMPT
-from DiT4DiT.atomic_files import replace_folder
-from DiT4DiT.host.output_paths import WRITTEN_BY, OutputError, check_out, mark_written_by, written_by
+from DiT4DiT.atomic_files import write_marked_folder
+from DiT4DiT.host.output_paths import check_out, check_replaceable
 from DiT4DiT.base_model.pipeline_shape import read_pipeline_shape
 
 DEFAULT_OUT = Path(TINY_MODEL_DIR)
@@ -228,27 +226,12 @@ def build_tiny_pipeline(seed: int = 0):
 
 
 def write_folder_atomically(out: str | Path, overwrite: bool, write, tool: str, ours=None) -> Path:
-    """`write(staging)` fills a folder next to `out` that then replaces it: a failure leaves `out` as it was.
-    --overwrite replaces only a folder `tool` wrote (its WRITTEN_BY marker; `ours(folder)`: also one it wrote
-    before the marker existed) or an empty one: never a downloaded snapshot."""
+    """`write(staging)` fills a folder that then replaces `out` (write_marked_folder): a failure leaves `out` as it
+    was. --overwrite replaces only a folder `tool` wrote (check_replaceable): never a downloaded snapshot."""
     out = Path(out)
     check_out(out, folder=True)
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise OutputError(f"{out} exists and is not empty; pass --overwrite to replace it")
-        if not (written_by(out, tool) or (ours is not None and ours(out))):
-            raise OutputError(f"--out {out} holds files but no {WRITTEN_BY} naming {tool}: not a folder this tool "
-                              "wrote (a downloaded snapshot?), so --overwrite will not delete it; give a new path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write(staging)
-        mark_written_by(staging, tool)
-        replace_folder(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return out
+    check_replaceable(out, tool, overwrite=overwrite, ours=ours)
+    return write_marked_folder(out, tool, write)
 
 
 def is_tiny_pipeline(folder: Path) -> bool:

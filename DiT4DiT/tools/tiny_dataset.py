@@ -27,12 +27,12 @@ if __name__ == "__main__":  # before the imports below: a missing package is one
 
 import numpy as np
 
-from DiT4DiT.dataloader.layout import DATASET_MARK
 from DiT4DiT.dataloader.writer import LAYOUTS, Columns, Episode, Storage, columns_for, video_codec, write_dataset
 from DiT4DiT.errors import UsageError, run_main
 from DiT4DiT.logging_setup import configure_logging
-from DiT4DiT.host.output_paths import OutputError, check_out, check_replaceable_folder
+from DiT4DiT.host.output_paths import check_out, check_replaceable
 
+TOOL = "tiny_dataset"  # the marker in each folder it writes (tiny_robotwin's too: the same writer)
 PALETTE = ((230, 60, 40), (40, 200, 70), (50, 90, 230), (220, 190, 40))
 
 
@@ -136,12 +136,9 @@ def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: 
     if episodes_per_file is not None and (episodes_per_file < 1 or version != "v3.0"):
         raise UsageError(f"--episodes_per_file {episodes_per_file}: a positive count, with --lerobot_version v3.0")
     check_out(out, folder=True)
-    for name, _, _ in items:  # each dataset folder replaced is one written here before (or an empty one)
+    for name, _, _ in items:  # all checked before any is written: each replaced is one this tool wrote
         check_out(out / name, folder=True, owned=out / name)
-        check_replaceable_folder(out / name, str(DATASET_MARK))
-    existing = [out / name for name, _, _ in items if (out / name).exists()]
-    if existing and not overwrite:
-        raise OutputError(f"{existing[0]} already exists; pass --overwrite to replace the generated folders")
+        check_replaceable(out / name, TOOL, overwrite=overwrite)
     storage = Storage(version=version, images=images, episodes_per_file=episodes_per_file, modality=modality, fps=fps,
                       gop=gop, codec="png" if images else video_codec())
     out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +146,7 @@ def write_folders(out: Path, items: list[tuple[str, Robot, str]], *, overwrite: 
     for position, (name, robot, instruction) in enumerate(items):
         content = make_episodes(robot, position, seed=seed, episodes=episodes, frames=frames, height=height,
                                 width=width)
-        written.append(write_dataset(out / name, robot.columns, content, instruction, storage))
+        written.append(write_dataset(out / name, robot.columns, content, instruction, storage, TOOL))
     return written
 
 
@@ -189,7 +186,8 @@ def add_size_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=48)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--gop", type=int, default=10, help="frames between keyframes")
-    parser.add_argument("--overwrite", action="store_true", help="replace dataset folders that already exist")
+    parser.add_argument("--overwrite", action="store_true", help="replace dataset folders this tool wrote "
+                        "before (never one it did not write)")
 
 
 def size_settings(args: argparse.Namespace) -> dict:

@@ -237,7 +237,7 @@ def explain_disk_full(error: BaseException, path: Path) -> str | None:
             "Free space or point --run_root_dir elsewhere, then continue with --trainer.is_resume true")
 
 
-def space_checked(path: Path, write: Callable[[], None]) -> None:
+def space_checked(path: Path, write: Callable[[], object]) -> None:
     try:
         write()
     except (OSError, RuntimeError) as error:
@@ -247,7 +247,7 @@ def space_checked(path: Path, write: Callable[[], None]) -> None:
         raise DiskFullError(message) from error
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file beside `path` (see DiT4DiT.atomic_files); a full disk is a DiskFullError."""
     atomic_files.atomic_write(path, lambda tmp: space_checked(path, lambda: write(tmp)))
 
@@ -307,7 +307,9 @@ def staging_dir(checkpoints_dir: Path, step: int) -> Path:
 def rng_state(device: torch.device) -> dict:
     """Every RNG the step draws from, as tensors and ints so it loads with weights_only=True."""
     version, mt_state, gauss = random.getstate()
-    kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    legacy = np.random.get_state()  # the default, legacy form: numpy types it as one union with the dict form
+    assert isinstance(legacy, tuple)
+    kind, np_keys, np_pos, np_has_gauss, np_gauss = legacy
     state = {
         "python": [version, torch.tensor(mt_state, dtype=torch.int64), gauss],
         "numpy": [kind, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_has_gauss, np_gauss],
@@ -394,7 +396,10 @@ def own_digest(trainer_state: dict) -> str:
 def trainer_state_problems(state: Path, trainer_state: dict) -> list[str]:
     """The marker's own fields: its step is its folder's, its weights the sibling file of that step (never a path
     elsewhere), and nothing changed since it was written (states of older trainers have no digest)."""
-    path, step = state / TRAINER_STATE, int(_STATE_DIR.match(state.name).group(1))
+    named = _STATE_DIR.match(state.name)
+    if named is None:
+        return [f"{state}: not a training state's folder (steps_N{STATE_SUFFIX})"]
+    path, step = state / TRAINER_STATE, int(named.group(1))
     problems = []
     if trainer_state.get("step") != step:
         problems.append(f"{path}: step {trainer_state.get('step')!r}, but the folder is step {step}")

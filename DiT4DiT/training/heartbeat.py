@@ -168,9 +168,13 @@ class Heartbeat:
         except (RuntimeError, OSError):  # the store may be gone when the job is torn down; nothing to tell then
             pass
 
+    def _active_store(self) -> dist.Store:
+        assert self.store is not None  # only an active heartbeat (it has a store) writes and watches
+        return self.store
+
     def _write(self, state: str = "running") -> None:
         self._beats += 1
-        self.store.set(self.key(self.rank), f"{self._beats} {self.step} {self.host} {state} {self.node} {os.getpid()}")
+        self._active_store().set(self.key(self.rank), f"{self._beats} {self.step} {self.host} {state} {self.node} {os.getpid()}")
 
     def _watch(self) -> None:
         started = time.monotonic()
@@ -185,8 +189,8 @@ class Heartbeat:
                 self.on_orphaned()
             try:
                 self._write()
-                values = {r: self.store.get(self.key(r)).decode() if self.store.check([self.key(r)]) else None
-                          for r in peers}
+                store = self._active_store()
+                values = {r: store.get(self.key(r)).decode() if store.check([self.key(r)]) else None for r in peers}
             except (RuntimeError, OSError) as error:  # DistStoreError is a RuntimeError
                 if now - store_answered > self.timeout:
                     self.on_stall(RankStalled(f"the rendezvous store has not answered for {now - store_answered:.0f} s "

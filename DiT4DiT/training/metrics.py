@@ -7,9 +7,9 @@ import os
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm import tqdm
@@ -110,7 +110,7 @@ class MetricsLogger:
     Built on the main process only; other ranks log nothing.
     """
 
-    def __init__(self, trainer: TrainerSection, run_dir: Path, start_step: int, trackers: list[str],
+    def __init__(self, trainer: TrainerSection, run_dir: Path, start_step: int, trackers: Sequence[str],
                  wandb_run: WandbRun | None = None):
         """`trackers`: the config's; `wandb_run` opens the wandb run when they include wandb."""
         self.run_dir = run_dir
@@ -122,6 +122,8 @@ class MetricsLogger:
         self.wandb_run = None
         self.future_video_scale = trainer.loss_scale.future_video
         if "wandb" in self.trackers:
+            if wandb_run is None:
+                raise TypeError("MetricsLogger with the wandb tracker needs wandb_run (WandbRun.of(cfg))")
             import wandb  # heavy, and only needed when this tracker is on
 
             self.wandb_run = wandb.init(**asdict(wandb_run), group="vla-train", dir=str(run_dir), resume="allow")
@@ -140,7 +142,7 @@ class MetricsLogger:
     def flush(self, step: int, extra: dict[str, float]) -> dict[str, float]:
         """Write the window's averages (plus `extra`, e.g. learning rates) as one record at `step`."""
         elapsed = time.perf_counter() - self.window_start
-        record = {"step": step}
+        record: dict[str, float] = {"step": step}
         record.update({k: sum(v) / len(v) for k, v in self.window.items()})
         record.update(extra)
         record["samples_per_s"] = self.window_samples / elapsed if elapsed > 0 else 0.0

@@ -49,7 +49,7 @@ class StopSignal:
     def __init__(self):
         self.received: str | None = None
         self._group = None
-        self._pending: tuple[object, torch.Tensor] | None = None
+        self._pending: tuple[dist.Work, torch.Tensor] | None = None
         self._previous = {}
         self._distributed = False
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import NamedTuple
 
 import torch
@@ -108,7 +108,7 @@ def _epoch(loader: DataLoader) -> Iterator[list]:
 
 def iterate_batches(
     dataset: Dataset, order: ResumableBatchOrder, start_micro_step: int, num_workers: int, collate_fn: Callable
-) -> Iterator[list]:
+) -> Generator[list, None, None]:
     """Endless stream of this rank's micro-batches, starting at `start_micro_step`. A DiT4DiTError raised while
     reading a sample (in a worker or not) is raised here as it was, with the workers ended."""
     epoch, skip = order.position(start_micro_step)

@@ -25,9 +25,9 @@ from DiT4DiT.config.sections import ConfigSections, TrainerSection
 from DiT4DiT.config.typed import replaced
 from DiT4DiT.config.validate import has_action_head
 from DiT4DiT.dataloader import build_vla_datasets, collate_fn, save_dataset_statistics
-from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV, is_under
+from DiT4DiT.facts import AUTO, DETERMINISTIC_ENV, is_under, module_paths
 from DiT4DiT.model.framework import build_framework
-from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints, module_paths
+from DiT4DiT.model.freezing import freeze_modules, left_out_of_checkpoints
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed_modules
 from DiT4DiT.model.modules.cosmos_backbone import unused_parameters_expected
 from DiT4DiT.model.modules.prompt_encoding import checkpoint_text_encoder_layers
@@ -171,7 +171,7 @@ class Trainer:
         # With framework.cosmos25.latent_cache: every clip's VAE posterior into the latent store (split across ranks);
         # the samples then carry it in place of frames.
         self.unwrapped.prepare_latents([d for d in (train_set, eval_set) if d is not None], ranks)
-        if resume and not resume.weights_only:
+        if resume and resume.state is not None:  # not weights only
             self.checkpointer.restore(resume.state, self.model, self.optimizer, self.scheduler)
             log.info("resumed from %s at step %d", resume.state, self.start_step)
         else:
@@ -240,7 +240,8 @@ class Trainer:
                                "model_time": time.perf_counter() - self.model_start}, done)
         if done == self.start_step + 1:
             log.info(resources.time_to_finish(done, self.start_step, last, time.perf_counter() - self.loop_start))
-        if self.eval_batch is not None and due(done, settings.eval_interval, last):
+        # The main process holds both the eval batch and the logger.
+        if self.eval_batch is not None and self.logger is not None and due(done, settings.eval_interval, last):
             self.logger.log({"step": done, "eval_action_mse": eval_action_mse(self.unwrapped, self.eval_batch)})
         stopping = self.stop.agreed() and done < last
         if due(done, settings.save_interval, last) or stopping:

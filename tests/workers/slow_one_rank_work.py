@@ -32,7 +32,7 @@ if __name__ == "__main__":
     from DiT4DiT.training.train import main
 
     trainer.build_vla_datasets = slowed(trainer.build_vla_datasets, "LOCAL_RANK")
-    # The store's first write of a rank's share (node_store.NodeStore.fill): once per share, rank 0's always first.
+    # The store's first write of a rank's share (node_store.NodeStore.fill_missing): once per share, rank 0's always first.
     prompt_store.PromptStore._ensure_writable = slowed(prompt_store.PromptStore._ensure_writable, "RANK")
     checkpoint.save_weights = slowed(checkpoint.save_weights, "RANK")
     sys.exit(main(sys.argv[2:]))

@@ -40,8 +40,7 @@ from torch import nn
 from DiT4DiT.config.errors import ConfigError
 from DiT4DiT.config.sections import FrameworkCosmos25Section
 from DiT4DiT.facts import (FRAME_SIDE_MULTIPLE, SAMPLED_LOSS_TYPES, checkpointed_block_count, is_under,
-                           latent_frame_count)
-from DiT4DiT.model.freezing import module_paths
+                           latent_frame_count, module_paths)
 from DiT4DiT.model.modules.activation_checkpointing import checkpoint_first
 from DiT4DiT.model.modules.clip_encoding import ClipPosterior, clip_posterior, vae_frames
 from DiT4DiT.model.modules.cosmos_pipeline import CosmosComponents, load_cosmos_components
@@ -98,14 +97,18 @@ def wasted_frames_message(num_frames: int, temporal_factor: int) -> str | None:
 
 
 def sample_flow_time(
-    batch: int, distribution: str, high_sigma_ratio: float | None, high_sigma_min: float, device: torch.device
+    batch: int, distribution: str, high_sigma_ratio: float | None, high_sigma_min: float | None, device: torch.device
 ) -> torch.Tensor:
-    """(batch,) float32 flow-matching times in [0, 1]; 1 is pure noise."""
+    """(batch,) float32 flow-matching times in [0, 1]; 1 is pure noise. `high_sigma_min` is None only with
+    `high_sigma_ratio` off (config/validate.py)."""
     if distribution == "logit_normal":
         t = torch.sigmoid(torch.randn(batch, device=device))
     else:
         t = torch.rand(batch, device=device)
     if high_sigma_ratio:
+        if high_sigma_min is None:
+            raise ValueError(f"high_sigma_ratio={high_sigma_ratio} needs high_sigma_min (the config's check refuses "
+                             "this pair)")
         high = torch.rand(batch, device=device) < high_sigma_ratio
         t = torch.where(high, high_sigma_min + (1.0 - high_sigma_min) * torch.rand(batch, device=device), t)
     return t
@@ -123,7 +126,7 @@ class CosmosFeatureExtractor(nn.Module):
         conditional_frame_timestep: float,
         time_distribution: str,
         high_sigma_ratio: float | None,
-        high_sigma_min: float,
+        high_sigma_min: float | None,
         prompt_store: PromptStore | None,
         early_exit: bool = True,
         future_loss_type: str = "flow_matching",
@@ -301,8 +304,12 @@ class CosmosFeatureExtractor(nn.Module):
 
         `generators` (CPU, one per example) draw each example's noise on its own, so an example's features do not
         depend on the batch it is in (the server batches requests); None draws from torch's default generator."""
-        with_future = want_video_loss and (posterior.mean.shape[2] > 1 if posterior is not None else video.shape[1] > 1)
-        if posterior is None:
+        if posterior is not None:
+            with_future = want_video_loss and posterior.mean.shape[2] > 1
+        elif video is None:
+            raise ValueError("the feature extractor needs the video or, from the latent store, its posterior")
+        else:
+            with_future = want_video_loss and video.shape[1] > 1
             height, width = video.shape[-2:]
             if height % FRAME_SIDE_MULTIPLE or width % FRAME_SIDE_MULTIPLE:
                 raise ConfigError(
@@ -445,24 +452,24 @@ class CosmosBackboneInterface(nn.Module):
                  latent_store_dir: Path | None = None):
         super().__init__()
         self.training_mode = cosmos.training
-        self.base_model = cosmos.base_model
+        self.base_model = cosmos.base_model_folder
         # None = framework.cosmos25.latent_cache off: every step decodes video and encodes it, as in the original.
         self.latent_store_dir = latent_store_dir if cosmos.latent_cache else None
         fm = cosmos.flow_matching
         # extract_layer, vl_hidden_dim and the frame count were checked against the folder's configs when the
         # config loaded (config/validate.py check_backbone_fits).
-        shape = read_pipeline_shape(cosmos.base_model)
+        shape = read_pipeline_shape(self.base_model)
         self.num_frames_out = num_frames_out
         message = wasted_frames_message(self.num_frames_out, shape.temporal_factor)
         if message is not None:
             warnings.warn(message, FrameCountWarning, stacklevel=2)
 
         components = load_cosmos_components(
-            cosmos.base_model, cosmos.torch_dtype, cosmos.attn_implementation, cosmos.local_files_only
+            self.base_model, cosmos.torch_dtype, cosmos.attn_implementation, cosmos.local_files_only
         )
         store = None
         if cosmos.prompt_cache:
-            store = PromptStore(prompt_store_dir, encoder_identity(cosmos.base_model), cosmos.max_sequence_length,
+            store = PromptStore(prompt_store_dir, encoder_identity(self.base_model), cosmos.max_sequence_length,
                                 components.text_encoder.dtype)
         self.extractor = CosmosFeatureExtractor(
             components,

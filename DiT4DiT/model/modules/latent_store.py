@@ -106,10 +106,12 @@ class LatentStore(NodeStore["Episode | str", _Located]):
             raise ValueError("its key or episode differs from the file name's")
         digests = np.array([np.frombuffer(bytes.fromhex(d), np.uint8) for d in json.loads(metadata["rows_sha256"])],
                            dtype=np.uint8).reshape(-1, 32)
-        offsets, shapes, sizes = {}, {}, {}
+        offsets: dict[str, int] = {}
+        shapes: dict[str, tuple[int, ...]] = {}
+        sizes: dict[str, int] = {}
         for name in TENSORS:
             entry = header.tensors[name]
-            shape = tuple(entry["shape"])
+            shape: tuple[int, ...] = tuple(entry["shape"])
             begin, end = entry["data_offsets"]
             if SAFETENSORS_DTYPES[entry["dtype"]] != self.dtype or len(shape) != 5 or shape[0] != len(digests):
                 raise ValueError(f"its {name} is {entry['dtype']} {list(shape)}, not {self.dtype} "
@@ -138,11 +140,13 @@ class LatentStore(NodeStore["Episode | str", _Located]):
              batch_size: int = 8) -> LatentFillReport:
         """Encode every missing episode exactly once per store; every rank calls this with the same list.
         `encode`: a (B, T, 3, H, W) batch of clips -> its ClipPosterior (on any device)."""
-        wanted = sorted({e.name: e for e in episodes}.values(), key=lambda e: e.name)
+        by_name = {e.name: e for e in episodes}
+        wanted: list[Episode | str] = [by_name[name] for name in sorted(by_name)]
         started = time.perf_counter()
 
         @torch.no_grad()
-        def encode_share(share: list[Episode]) -> None:
+        def encode_share(items: list[Episode | str]) -> None:  # the store's items: `wanted`'s episodes
+            share = [by_name[self.name(item)] for item in items]
             for done, episode in enumerate(share, start=1):
                 parts: list[ClipPosterior] = []
                 clips = episode.clips()
@@ -155,9 +159,9 @@ class LatentStore(NodeStore["Episode | str", _Located]):
                     log.info("latent store: %d of this rank's %d episodes encoded (%s); about %.0f min left at this pace",
                              done, len(share), episode.describe(), pace * (len(share) - done) / 60)
 
-        encoded = super().fill(wanted, encode_share, ranks)
-        return LatentFillReport(len(wanted), encoded, sum(e.rows for e in wanted),
-                                sum(self.locate(e).path.stat().st_size for e in wanted), self.folder)
+        encoded = self.fill_missing(wanted, encode_share, ranks)
+        return LatentFillReport(len(wanted), encoded, sum(e.rows for e in by_name.values()),
+                                self.stored_bytes(wanted), self.folder)
 
     def posterior(self, episode: str, row: int) -> dict[str, torch.Tensor]:
         """Row `row` of the episode named `episode`: {"mean": (C, T, h, w), "std": (C, 1, h, w)}, copied out of the

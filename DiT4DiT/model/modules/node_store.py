@@ -19,9 +19,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -36,8 +37,15 @@ SUFFIX = ".safetensors"
 IDENTITY_SAMPLE_BYTES = 1 << 20
 SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 
+class _InFile(Protocol):
+    """What every kind of store's located item says: the file it is in."""
+
+    @property
+    def path(self) -> Path: ...
+
+
 Item = TypeVar("Item")
-Located = TypeVar("Located")
+Located = TypeVar("Located", bound=_InFile)
 
 
 class StoreError(ConfigError):
@@ -184,7 +192,18 @@ class NodeStore(Generic[Item, Located]):
             ) from None
         self._located.pop(self.name(item), None)
 
-    def fill(self, wanted: list[Item], produce: Callable[[list[Item]], None], ranks: Ranks) -> int:
+    def stored_bytes(self, items: Sequence[Item]) -> int:
+        """The size of the items' files; each must be there (after fill_missing), else the store's error."""
+        total = 0
+        for item in items:
+            located = self.locate(item)
+            if located is None:
+                raise self.error(f"{self.what}: {self.describe(item)} is missing from {self.folder} right after the "
+                                 f"fill that wrote it (deleted or damaged since); fill {self.dir_key} again")
+            total += located.path.stat().st_size
+        return total
+
+    def fill_missing(self, wanted: list[Item], produce: Callable[[list[Item]], None], ranks: Ranks) -> int:
         """Produce every missing item of `wanted` exactly once per store; every rank calls this with the same list.
         `produce(share)` publishes each item of this rank's share. Returns how many items all ranks produced.
 

@@ -105,8 +105,8 @@ class PromptStore(NodeStore[str, _Located]):
                 for instruction, embedding in zip(chunk, encode(chunk)):
                     self.write(instruction, embedding)
 
-        encoded = super().fill(wanted, encode_share, ranks)
-        return FillReport(len(wanted), encoded, sum(self.locate(p).path.stat().st_size for p in wanted), self.folder)
+        encoded = self.fill_missing(wanted, encode_share, ranks)
+        return FillReport(len(wanted), encoded, self.stored_bytes(wanted), self.folder)
 
     def embedding(self, instruction: str) -> torch.Tensor:
         """The stored embedding, memory-mapped (copy-on-write: page-cache pages stay shared between processes)."""

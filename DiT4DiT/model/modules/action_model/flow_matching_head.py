@@ -227,9 +227,9 @@ def build_action_head(action_cfg: FrameworkActionModelSection, feature_dim: int,
     """The head described by `framework.action_model` (checked when the config loaded), attending to features
     `feature_dim` wide; `gradient_checkpointing` recomputes its DiT blocks in the backward pass."""
     dit_cfg = action_cfg.diffusion_model_cfg
-    heads, head_dim = dit_cfg.num_attention_heads, dit_cfg.attention_head_dim
-    if heads is None:
-        heads, head_dim = DIT_SIZES[action_cfg.action_model_type]
+    heads, head_dim = DIT_SIZES[action_cfg.action_model_type]
+    if dit_cfg.num_attention_heads is not None and dit_cfg.attention_head_dim is not None:  # both or neither
+        heads, head_dim = dit_cfg.num_attention_heads, dit_cfg.attention_head_dim
     dit = DiT(
         num_attention_heads=heads,
         attention_head_dim=head_dim,

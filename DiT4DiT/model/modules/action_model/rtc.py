@@ -36,7 +36,7 @@ def soft_mask(horizon: int, delay: int, end: int) -> np.ndarray:
     """(horizon,) prefix weights W of P1 Eq. 5: 1 on the d frozen rows; c (e^c - 1) / (e - 1) with
     c_i = (end - i) / (end - d + 1) on the guided overlap d <= i < end (decaying from near 1 towards 0); 0 from
     `end` on, where the previous chunk has no rows (P1's end is H - s, s the actions executed per chunk)."""
-    weights = np.zeros(horizon, dtype=np.float64)
+    weights: np.ndarray = np.zeros(horizon, dtype=np.float64)
     weights[:delay] = 1.0
     rows = np.arange(delay, end)
     c = (end - rows) / (end - delay + 1)
@@ -70,9 +70,9 @@ class ChunkPrefix:
         end, default n), checked by the policy; None when no example carries a prefix."""
         if not any("prev_actions" in example for example in examples):
             return None
-        actions = np.zeros((len(examples), horizon, action_dim), dtype=np.float32)
-        weights = np.zeros((len(examples), horizon), dtype=np.float32)
-        frozen = np.zeros((len(examples), horizon), dtype=bool)
+        actions: np.ndarray = np.zeros((len(examples), horizon, action_dim), dtype=np.float32)
+        weights: np.ndarray = np.zeros((len(examples), horizon), dtype=np.float32)
+        frozen: np.ndarray = np.zeros((len(examples), horizon), dtype=bool)
         for row, example in enumerate(examples):
             if "prev_actions" not in example:
                 continue
