@@ -37,6 +37,7 @@ SUFFIX = ".safetensors"
 IDENTITY_SAMPLE_BYTES = 1 << 20
 SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 
+
 class _InFile(Protocol):
     """What every kind of store's located item says: the file it is in."""
 
