@@ -199,6 +199,17 @@ def test_the_tool_refuses_a_config_the_store_cannot_serve(tmp_path):
     assert "latent_store: " in result.stderr and "pixel_mse compares decoded frames" in result.stderr
 
 
+def test_the_tool_names_the_unset_base_model_before_indexing_the_data(tmp_path):
+    """Without a snapshot folder the tool stops on the key, before it indexes the data (it raised a TypeError
+    from Path(None) after the datasets were built)."""
+    result = call_main(latent_store_tool.main, ["--config_yaml", TINY_CONFIG, "--framework.cosmos25.base_model=null",
+                                                f"--datasets.vla_data.cache_dir={tmp_path / 'cache'}"],
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert result.returncode == ConfigError.exit_code
+    assert "latent_store: framework.cosmos25.base_model is not set" in result.stderr
+    assert not (tmp_path / "cache").exists()
+
+
 def test_a_dataset_copy_with_other_video_files_is_a_new_episode(store_cfg, tiny_robotwin_root, tmp_path):
     """The episode's name holds its video files' sizes and mtimes: a re-encoded video is encoded anew."""
     cfg = store_cfg()

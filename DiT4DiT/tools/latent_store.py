@@ -50,6 +50,7 @@ def fill(argv: list[str]) -> dict | None:
     if refusal is not None:
         raise ConfigError(refusal)
     cosmos, data = cfg.framework.cosmos25, cfg.datasets.vla_data
+    base_model = cosmos.base_model_folder  # unset: a ConfigError now, not after the datasets are indexed
     check_latent_cache(data)
     accelerator = Accelerator()
     # Encoding a share may take longer than a device collective waits: the ranks wait for each other on the host.
@@ -58,14 +59,14 @@ def fill(argv: list[str]) -> dict | None:
     with waits.first(accelerator.is_local_main_process):  # one process per node indexes, the others read its cache
         datasets = build_vla_datasets(data, cfg.framework.action_model.chunk_length, cfg.seed,
                                       ("train", "eval") if has_action_head(cfg) else ("train",))
-    vae = load_vae(cosmos.base_model, TORCH_DTYPES[cosmos.torch_dtype], cosmos.local_files_only)
+    vae = load_vae(base_model, TORCH_DTYPES[cosmos.torch_dtype], cosmos.local_files_only)
     vae.requires_grad_(False).to(accelerator.device)
     _, report = fill_latent_store(
         vae, [e for dataset in datasets.values() for e in dataset.latent_episodes()],
-        store_dir=cfg.store_dir("latent"), base_model=cosmos.base_model,
+        store_dir=cfg.store_dir("latent"), base_model=base_model,
         layout=datasets["train"].sample_layout(),
         num_frames_out=data.num_frames,
-        temporal_factor=read_pipeline_shape(cosmos.base_model).temporal_factor,
+        temporal_factor=read_pipeline_shape(base_model).temporal_factor,
         with_future=cosmos.training != "action", ranks=Ranks.from_accelerator(accelerator, waits.all_sum),
         batch_size=data.per_device_batch_size, mixed_precision=cfg.trainer.mixed_precision)
     if not accelerator.is_main_process:
