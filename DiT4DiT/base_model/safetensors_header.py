@@ -11,10 +11,17 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict
 
 # The safetensors library refuses longer headers; a garbage length is caught before reading that much.
 MAX_HEADER_BYTES = 100_000_000
+
+
+class TensorEntry(TypedDict):
+    """One tensor's entry in the header (the file's dtype name, e.g. "BF16"; offsets count from the data start)."""
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]
 
 
 class HeaderError(ValueError):
@@ -25,8 +32,8 @@ class HeaderError(ValueError):
 class Header:
     length: int  # bytes of JSON after the 8-byte length
     file_size: int
-    tensors: dict  # name -> {"dtype", "shape", "data_offsets"}
-    metadata: dict
+    tensors: dict[str, TensorEntry]
+    metadata: dict[str, str]
     data_end: int  # where the last tensor ends, counted from data_start
 
     @property

@@ -35,6 +35,7 @@ from DiT4DiT.base_model import cosmos_2b
 from DiT4DiT.base_model.cosmos_2b import COMPONENT_DTYPES, PARAMETERS, SPECIAL_TOKENS
 from DiT4DiT.facts import DTYPE_BYTES
 from DiT4DiT.base_model.pipeline_folder import PIPELINE_CLASS
+from DiT4DiT.base_model.safetensors_header import TensorEntry
 from DiT4DiT.tools.tiny_cosmos import build_tokenizer, report_written, write_folder_atomically
 
 DEFAULT_OUT = Path("playground/Pretrained_models/Cosmos-Predict2.5-2B-random")
@@ -153,12 +154,13 @@ SAFETENSORS_DTYPES = {torch.bfloat16: "BF16", torch.float32: "F32"}
 def write_shapes_file(path: Path, tensors: dict[str, tuple[torch.dtype, tuple[int, ...]]]) -> None:
     """A safetensors file with these tensors' header and no data written: the data is a hole in a sparse file
     (reads as zeros, takes no disk), so its size is the real one and every header check passes."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    entries: dict[str, TensorEntry] = {}
+    offset = 0
     for name, (dtype, shape) in tensors.items():
         size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        header[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+        entries[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
-    encoded = json.dumps(header).encode()
+    encoded = json.dumps({"__metadata__": {"format": "pt"}, **entries}).encode()
     encoded += b" " * (-len(encoded) % 8)
     with open(path, "wb") as handle:
         handle.write(len(encoded).to_bytes(8, "little") + encoded)
