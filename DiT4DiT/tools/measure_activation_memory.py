@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_leaves
 
 from DiT4DiT.errors import run_main
 from DiT4DiT.facts import PATCH_SIZE
+from DiT4DiT.memory.measured import Row
 from DiT4DiT.model.modules.activation_checkpointing import checkpointed
 from DiT4DiT.model.modules.cosmos_backbone import use_our_attention
 from DiT4DiT.tools.synthetic_inputs import transformer_inputs
@@ -399,10 +400,10 @@ def text_encoder_figures(checkpointing: bool, widths: dict = TEXT_ENCODER_WIDTHS
 PARTS = ("cosmos", "action_head", "vae", "text_encoder", "vae_with_grad")
 
 
-def measure_all(heads: int, parts: tuple[str, ...] = PARTS) -> dict:
+def measure_all(heads: int, parts: tuple[str, ...] = PARTS) -> dict[str, int | Row]:
     """The table at `heads` x 128 wide, in bytes (per video token, per text token, per sample, per pass), as
     MEASURED in DiT4DiT/memory/measured.py holds it; `parts`: the rows to measure (the others are left out)."""
-    table = {}
+    table: dict[str, int | Row] = {}  # the widths and the rows asked for: a part of a Measured
     if "cosmos" in parts:
         transformer = cosmos_transformer(heads)
         table.update(hidden=heads * 128, text_projection_in=transformer.config.crossattn_proj_in_channels)
