@@ -40,14 +40,18 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from DiT4DiT.errors import run_main
 from DiT4DiT.evaluation.errors import BadArgument, SimulatorError
 from DiT4DiT.evaluation.parallel import blocks, check_num_envs, run_episodes
-from DiT4DiT.evaluation.server_policy import ChunkedPolicy, connect, server_address
+from DiT4DiT.evaluation.server_policy import ChunkedPolicy, Execution, connect, server_address
 from DiT4DiT.logging_setup import configure_logging
+
+if TYPE_CHECKING:  # imported where collect runs: the writer brings pandas and pyarrow
+    from DiT4DiT.dataloader.writer import Episode
 
 log = logging.getLogger("dit4dit.metaworld")
 
@@ -226,9 +230,15 @@ class Scene:
                 site = self.env.model.site(name)
                 site.size[0], site.rgba[:] = self.setup.goal_marker, GOAL_MARKER_RGBA
 
+    def observation(self) -> np.ndarray:
+        """The env's last observation (goal included)."""
+        if self.obs is None:
+            raise RuntimeError(f"{self.task}: no observation before the scene's first reset(seed)")
+        return self.obs
+
     def state(self) -> np.ndarray:
         """(8,) in the dataset's state layout (module docstring)."""
-        o = self.obs
+        o = self.observation()
         return np.array([*o[0:3], *o[4:7], 0.0, o[3]], dtype=np.float32)
 
     def views(self) -> list[np.ndarray]:
@@ -242,7 +252,7 @@ class Scene:
         return frames
 
     def expert_action(self) -> np.ndarray:
-        return np.clip(self.expert.get_action(self.obs), -1.0, 1.0).astype(np.float32)
+        return np.clip(self.expert.get_action(self.observation()), -1.0, 1.0).astype(np.float32)
 
     def step(self, action: np.ndarray) -> bool:
         """Apply a (4,) env action; True once the task succeeded."""
@@ -267,12 +277,14 @@ def env_action(dataset_row: np.ndarray) -> np.ndarray:
 
 # -- collect ---------------------------------------------------------------------------------------------------
 
-def expert_episode(scene: Scene, seed: int, max_steps: int):
+def expert_episode(scene: Scene, seed: int, max_steps: int) -> Episode | None:
     """(states, actions, {camera: frames}) of one expert run, or None when it does not succeed in max_steps."""
     from DiT4DiT.dataloader.writer import Episode
 
     scene.reset(seed)
-    states, actions, frames = [], [], {name: [] for name in VIEWS}
+    states: list[np.ndarray] = []
+    actions: list[np.ndarray] = []
+    frames: dict[str, list[np.ndarray]] = {name: [] for name in VIEWS}
     for _ in range(max_steps):
         action = scene.expert_action()
         states.append(scene.state())
@@ -302,7 +314,8 @@ def collect(task: str, episodes: int, out: Path, *, setup: SceneSetup = SceneSet
     check_out(target, folder=True, owned=target)
     check_replaceable(target, COLLECTOR, overwrite=overwrite)  # --overwrite: only a dataset this command wrote
     scene = Scene(task, setup)
-    content, attempts, started = [], 0, time.monotonic()
+    content: list[Episode] = []
+    attempts, started = 0, time.monotonic()
     try:
         while len(content) < episodes:
             if attempts >= 2 * episodes + 10:
@@ -343,7 +356,7 @@ class ZeroPolicy:
     latencies_s: list[float] = field(default_factory=list)
     sees: bool = False  # whether act() looks at the views: rendering is most of a step's cost
 
-    def reset(self, seed: int) -> None:
+    def reset(self, episode: tuple[int, ...]) -> None:
         pass
 
     def act(self, views, state, instruction) -> np.ndarray:
@@ -359,8 +372,8 @@ class ZeroPolicy:
 class RandomPolicy(ZeroPolicy):
     """Uniform actions in the env's range, drawn from the episode's seed (a stream of its own, [seed, 3])."""
 
-    def reset(self, seed: int) -> None:
-        self.rng = np.random.default_rng([seed, 3])
+    def reset(self, episode: tuple[int, ...]) -> None:
+        self.rng = np.random.default_rng([*episode, 3])
 
     def act(self, views, state, instruction) -> np.ndarray:
         return self.rng.uniform(-1.0, 1.0, ENV_ACTION_DIM).astype(np.float32)
@@ -387,10 +400,10 @@ class ServerPolicy(ChunkedPolicy):
         if self.action_dim != 7:
             raise SimulatorError(f"the served model returns {self.action_dim}-dim actions; this adapter needs the 7 "
                                  f"of the {DATA_CONFIG} layout (train on data from `collect`)")
-        self._held = np.zeros(ENV_ACTION_DIM, dtype=np.float32)
+        self._held: np.ndarray = np.zeros(ENV_ACTION_DIM, dtype=np.float32)
 
-    def reset(self, seed: int) -> None:
-        super().reset((seed,))  # the requests' noise seeds come from the episode's seed and the step
+    def reset(self, episode: tuple[int, ...]) -> None:
+        super().reset(episode)  # the requests' noise seeds come from the episode and the step
         self._held = np.zeros(ENV_ACTION_DIM, dtype=np.float32)
 
     def act(self, views, state, instruction) -> np.ndarray:
@@ -403,17 +416,19 @@ class ServerPolicy(ChunkedPolicy):
 
 
 POLICIES = ("server", "zero", "random", "expert")
+Policy = ZeroPolicy | ServerPolicy  # the baselines subclass ZeroPolicy
 
 
-def run_episode(scene: Scene, policy, seed: int, max_steps: int, keep_frames: bool) -> tuple[bool, int, list]:
-    """(success, steps taken, primary-camera frames if kept) of one episode."""
+def run_episode(scene: Scene, policy: Policy, seed: int, max_steps: int,
+                keep_frames: bool) -> tuple[bool, int, list[np.ndarray]]:
+    """(success, steps taken, primary-camera frames if kept) of one episode, named (seed,) to the policy."""
     scene.reset(seed)
-    policy.reset(seed)
+    policy.reset((seed,))
     instruction = instruction_of(scene.task)
     frames = []
     for step in range(1, max_steps + 1):
         views = scene.views() if policy.sees or keep_frames else None
-        if keep_frames:
+        if keep_frames and views is not None:
             frames.append(views[0])
         if scene.step(policy.act(views, scene.state(), instruction)):
             return True, step, frames
@@ -433,15 +448,22 @@ class EvaluationRun:
     max_steps: int
     videos: int
     wait_s: float
-    execution: dict = field(default_factory=dict)  # ChunkedPolicy's execution, inference_delay, execution_horizon
+    execution: Execution = field(default_factory=Execution)  # how a served policy's chunks run
+
+    def server_to_ask(self) -> str:
+        """HOST:PORT of the served policy (evaluate refuses policy "server" without one)."""
+        if self.server is None:
+            raise RuntimeError(f"EvaluationRun: policy {self.policy!r} with no server to ask")
+        return self.server
 
 
 def run_episodes_here(run: EvaluationRun, episodes: list[int], report) -> None:
     """One environment process: its own scene and server connection; report(i, result) after each episode."""
-    client = connect(run.server, run.wait_s) if run.policy == "server" else None
+    client = connect(run.server_to_ask(), run.wait_s) if run.policy == "server" else None
     scene = None
     try:
         scene = Scene(run.task, run.setup)
+        policy: Policy
         if client is not None:
             policy = ServerPolicy(client, run.blank_images, **run.execution)
         elif run.policy == "expert":
@@ -479,9 +501,9 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
     at_least("--videos", videos, 0)
     at_least("--wait_s", wait_s, 0)
     processes = check_num_envs(num_envs, episodes)
-    if policy_name == "server" and server is None:
-        raise BadArgument("evaluate needs --server HOST:PORT, or --policy zero|random|expert for a baseline")
     if policy_name == "server":
+        if server is None:
+            raise BadArgument("evaluate needs --server HOST:PORT, or --policy zero|random|expert for a baseline")
         server_address(server)  # a bad address is one line here, not one per environment process
     else:
         server = None
@@ -490,7 +512,7 @@ def evaluate(task: str, episodes: int, out: Path, *, policy_name: str = "server"
                               "--policy server only")
     if inference_delay < 0:
         raise BadArgument(f"--inference_delay {inference_delay}: give 0 or more policy steps")
-    chunks = {"execution": execution, "inference_delay": inference_delay, "execution_horizon": execution_horizon}
+    chunks = Execution(execution=execution, inference_delay=inference_delay, execution_horizon=execution_horizon)
     run = EvaluationRun(task, setup, policy_name, server, blank_images, seed, max_steps, videos, wait_s, chunks)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ served policy's episodes do not depend on how many environment processes share t
 from __future__ import annotations
 
 import time
+from typing import TypedDict
 
 import numpy as np
 
@@ -49,6 +50,14 @@ def request_seed(episode: tuple[int, ...], step: int) -> int:
     `episode` names the episode by non-negative integers: (seed,) on Meta-World, (seed, task id, trial) on LIBERO."""
     word = np.random.SeedSequence([*episode, step]).generate_state(1, np.uint64)[0]
     return int(word >> np.uint64(1))
+
+
+class Execution(TypedDict, total=False):
+    """How ChunkedPolicy runs the served chunks: its keyword arguments (their defaults where one is left out)."""
+
+    execution: str
+    inference_delay: int
+    execution_horizon: int | None
 
 
 class ChunkedPolicy:
