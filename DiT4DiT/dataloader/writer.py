@@ -21,9 +21,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from DiT4DiT.atomic_files import write_marked_folder
 from DiT4DiT.dataloader.data_configs import DATA_CONFIGS, DataConfig
 from DiT4DiT.errors import UsageError
-from DiT4DiT.atomic_files import write_marked_folder
 
 log = logging.getLogger(__name__)
 

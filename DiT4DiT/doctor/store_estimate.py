@@ -26,6 +26,7 @@ from DiT4DiT.dataloader.modality import mixture_configs
 from DiT4DiT.dataloader.layout import is_dataset
 from DiT4DiT.dataloader.mixtures import resolve_data_mix
 from DiT4DiT.dataloader.reader import DatasetLayout
+from DiT4DiT.doctor.step_flops import planned_peak_tflops
 from DiT4DiT.facts import DTYPE_BYTES, VAE_SPATIAL_FACTOR, latent_frame_count, vae_clip_frames
 
 
@@ -52,10 +53,10 @@ def embedding_bytes(cosmos: FrameworkCosmos25Section, base_model: Path) -> int:
 # frames): encoding a clip costs 6.66 MFLOP per pixel of its first frame and 5.02 per pixel of each further one
 # (1.00 TFLOP for the frame alone, 4.01 for 5 frames); convolutions grow with base_dim squared.
 VAE_ENCODE_FLOPS = {"first_frame_per_pixel": 6.657e6, "further_frame_per_pixel": 5.02e6, "base_dim": 96}
-# bf16 dense peak TFLOPS per device (bench/device_check.py's sources: an A3 die, an A2, an H100), and the share of
-# it the VAE's 3-D convolutions are assumed to sustain while the store builds (an assumption until a device check
-# measures it: 3-D convolution is the slowest kind of work on an Ascend die).
-PEAK_TFLOPS = {"a3": 376.0, "a2": 354.0, "cuda": 989.0}
+# The device kinds the build's pace is given for, as the time plan's devices (their bf16 dense peaks in step_flops),
+# and the share of that peak the VAE's 3-D convolutions are assumed to sustain while the store builds (an
+# assumption until a device check measures it: 3-D convolution is the slowest kind of work on an Ascend die).
+DEVICE_KINDS = {"a3": "A3 die", "a2": "A2", "cuda": "H200"}
 ASSUMED_VAE_SHARE_OF_PEAK = 0.25
 ROW_METADATA_BYTES = 68  # each row's sha256 in its file's metadata (hex and JSON quoting)
 
@@ -92,7 +93,8 @@ def latent_store_estimate(cosmos: FrameworkCosmos25Section, vla: DatasetsVlaData
     scale = (int(vae.get("base_dim", VAE_ENCODE_FLOPS["base_dim"])) / VAE_ENCODE_FLOPS["base_dim"]) ** 2
     clip_flops = pixels * scale * (VAE_ENCODE_FLOPS["first_frame_per_pixel"]
                                    + (used - 1) * VAE_ENCODE_FLOPS["further_frame_per_pixel"])
-    rate = PEAK_TFLOPS.get(device, PEAK_TFLOPS["a3"]) * 1e12 * ASSUMED_VAE_SHARE_OF_PEAK * max(processes, 1)
+    peak = planned_peak_tflops(DEVICE_KINDS.get(device, DEVICE_KINDS["a3"]))
+    rate = peak * 1e12 * ASSUMED_VAE_SHARE_OF_PEAK * max(processes, 1)
     folder = store_root("latent", cosmos.latent_store_dir, vla.cache_dir)
     return {"clips": steps, "episodes": episodes, "datasets": datasets, "clip_bytes": clip_bytes,
             "store_bytes": steps * clip_bytes, "stored_bytes": stored_bytes(folder), "store_dir": str(folder),
